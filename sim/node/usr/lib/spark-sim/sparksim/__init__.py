@@ -1,0 +1,1 @@
+"""spark-sim node library: the simulated DGX Spark hardware (state, stand-ins, boot)."""

@@ -1,0 +1,119 @@
+"""What a power-on does to a spark-sim node, and the node's first state.
+
+``init_state`` is called on the docker host by sim/spark-sim when it creates a
+node; ``main`` runs inside the node at every boot (spark-sim-boot.service).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import uuid
+from typing import Any
+
+from . import gpu, rdma, state as statefile
+
+BOOT_ID_PATH = "/run/spark-sim/boot_id"
+
+
+def init_state(hostname: str, rails: list[dict[str, Any]], options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The state of a node that was just unpacked, before its first boot.
+
+    ``rails`` lists the cabled rails: ``[{"netdev": "enp1s0f1np1", "ipv4": "192.168.100.1",
+    "gid_index_v2": 3}]``. ``options`` carries the sim knobs from the inventory
+    (reshuffle_gids, seed, cables_seated, driver_version).
+    """
+    options = options or {}
+    gpu_state = gpu.default_gpu(hostname)
+    if options.get("driver_version"):
+        gpu_state["driver_version"] = options["driver_version"]
+    return {
+        "version": 1,
+        "hostname": hostname,
+        "boot": {
+            "count": 0,
+            "reshuffle_gids": bool(options.get("reshuffle_gids", False)),
+            "seed": int(options.get("seed", 0)),
+        },
+        "cables_seated": bool(options.get("cables_seated", True)),
+        "sysfs_root": statefile.DEFAULT_SYSFS_ROOT,
+        "hcas": rdma.default_hcas(hostname, rails),
+        "gpu": gpu_state,
+    }
+
+
+def apply_power_on(state: dict[str, Any]) -> list[str]:
+    """Advance the boot counter and apply a reboot's effects (not on the first boot)."""
+    boot_info = state.setdefault("boot", {})
+    boot_info["count"] = int(boot_info.get("count", 0)) + 1
+    if boot_info["count"] == 1:
+        return ["first boot: hardware state as created"]
+    rng = random.Random("%s-%s-%s" % (state.get("hostname"), boot_info.get("seed", 0), boot_info["count"]))
+    return rdma.apply_boot(state, rng) + gpu.apply_boot(state)
+
+
+def _ip_json(*args: str) -> list[dict[str, Any]]:
+    out = subprocess.run(["ip", "-j", *args], check=True, capture_output=True, text=True).stdout
+    return json.loads(out or "[]")
+
+
+def configure_links(state: dict[str, Any]) -> list[str]:
+    """Rename each fabric interface (found by its IPv4) to its ConnectX netdev name; set carrier."""
+    lines = []
+    by_ip = {}
+    for link in _ip_json("-4", "addr", "show"):
+        for addr in link.get("addr_info", []):
+            by_ip[addr.get("local")] = link["ifname"]
+    for hca in state.get("hcas", []):
+        for port in hca.get("ports", []):
+            ipv4 = port.get("ipv4")
+            netdev = port.get("netdev")
+            current = by_ip.get(ipv4) if ipv4 else None
+            if not current or not netdev:
+                continue
+            if current != netdev:
+                subprocess.run(["ip", "link", "set", "dev", current, "down"], check=True)
+                subprocess.run(["ip", "link", "set", "dev", current, "name", netdev], check=True)
+                lines.append("renamed %s to %s (%s)" % (current, netdev, ipv4))
+            updown = "up" if port.get("state") == "up" else "down"
+            subprocess.run(["ip", "link", "set", "dev", netdev, updown], check=True)
+    return lines
+
+
+def write_boot_id(path: str = BOOT_ID_PATH) -> str:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    boot_id = str(uuid.uuid4())
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(boot_id + "\n")
+    return boot_id
+
+
+def ensure_host_keys() -> None:
+    if not os.path.exists("/etc/ssh/ssh_host_ed25519_key"):
+        subprocess.run(["ssh-keygen", "-A"], check=True, capture_output=True)
+
+
+def main() -> int:
+    boot_id = write_boot_id()
+    print("spark-sim: boot id %s" % boot_id)
+    ensure_host_keys()
+    try:
+        state = statefile.load()
+    except FileNotFoundError:
+        print("spark-sim: no state file at %s: no simulated hardware on this node" % statefile.state_path())
+        return 0
+    for line in apply_power_on(state):
+        print("spark-sim: %s" % line)
+    statefile.save(state)
+    for line in configure_links(state):
+        print("spark-sim: %s" % line)
+    rdma.write_sysfs(state, statefile.sysfs_root(state))
+    print("spark-sim: boot %d done" % state["boot"]["count"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

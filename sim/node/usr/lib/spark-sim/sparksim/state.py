@@ -51,7 +51,41 @@ Schema (version 1)::
           ]
         }
       ],
-      "gpu": { ... }                   # owned by gpu.py (nvidia-smi stand-in)
+      "gpu": {                         # owned by gpu.py (nvidia-smi stand-in); gpu.default_gpu() makes it
+        "name": "NVIDIA GB10",
+        "index": 0,
+        "bus_id": "0000000F:01:00.0",
+        "uuid": "GPU-<uuid5 of the hostname>",
+        "vbios_version": "9A.0B.25.00.00",
+        "driver_version": "580.173.02", # NVIDIA-SMI/Driver Version; -q alignment and NVML version follow it
+        "cuda_version": "13.0",
+        "compute_cap": "12.1",
+        "driver_loaded": true,         # false: every nvidia-smi call fails as without a driver (exit 9)
+        "persistence_mode": true,      # Persistence-M On/Off now
+        "persistence_at_boot": true,   # what nvidia-persistenced sets at each boot
+        "display_active": false,       # Disp.A On/Off (a desktop session on the GPU)
+        "performance_state": "P0",
+        "temperature_c": 40,
+        "power_draw_w": 11.0,          # summary prints int() of it ("11W"), CSV "11.00 W"
+        "utilization_pct": 0,          # GPU-Util
+        "compute_mode": "Default",
+        "clock_sm_mhz": 2405,          # SM = graphics clock with no lock
+        "clock_video_mhz": 2073,
+        "clock_min_mhz": 300,          # supported range the field reports (-lgc accepts 0..clock_max_mhz)
+        "clock_max_mhz": 3003,         # Max Clocks Graphics/SM; -lgc above it is refused
+        "clock_max_video_mhz": 2073,
+        "clock_app_mhz": 2418,         # Applications Clocks Graphics
+        "clock_default_app_mhz": 2418, # Default Applications Clocks Graphics; also what -lgc tdp means
+        "lock_landing_offset_mhz": 20, # a lock ceiling under clock_sm_mhz reads this much lower (2100 -> 2080)
+        "locked_clocks": null,         # {"min_mhz": 0, "max_mhz": 2100} after nvidia-smi -lgc 0,2100;
+                                       #   -rgc and every reboot (gpu.apply_boot) clear it
+        "event_reasons_active": 0,     # nvmlClocksEventReason bit mask (0x4 = SW power cap, ...)
+        "event_counters_us": {"sw_power_capping": 0, "sync_boost": 0, "sw_thermal_slowdown": 0,
+                              "hw_thermal_slowdown": 0, "hw_power_braking": 0},
+        "processes": [                 # rows of the Processes table; a reboot ends the "C" ones
+          {"pid": 3405, "type": "G", "name": "/usr/lib/xorg/Xorg", "used_memory_mib": 242}
+        ]
+      }
     }
 """
 

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# ansible-test sanity on the collection. ansible-test wants the collection at
+# .../ansible_collections/<namespace>/<name> and sees only git-tracked files, so
+# this copies the tracked files (less the collections/ self-link) into such a
+# tree under .cache/ and runs there. Its venvs bootstrap pip from a cached
+# get-pip script that only calls ensurepip (no download: see docs/testing.md).
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+tree=$repo/.cache/sanity/ansible_collections/dgxspark/cluster
+rm -rf "$repo/.cache/sanity"
+mkdir -p "$tree"
+(cd "$repo" && git ls-files -z --cached --others --exclude-standard | grep -zv '^collections/' \
+  | xargs -0 -I{} cp -P --parents {} "$tree/")
+(cd "$tree" && git init -q && git add -A && git -c user.name=sanity -c user.email=sanity@localhost commit -qm sanity)
+pipver=$(python - <<'PY'
+import inspect, re
+from ansible_test._internal import python_requirements as pr
+print(re.search(r"pip='([0-9.]+)'", inspect.getsource(pr.get_venv_packages)).group(1))
+PY
+)
+cache=$HOME/.ansible/test/cache
+mkdir -p "$cache"
+printf 'import ensurepip\nensurepip.bootstrap(upgrade=True)\n' >"$cache/get_pip_${pipver//./_}.py"
+cd "$tree"
+ansible-test sanity --venv --python "$(python -c 'import sys; print("%d.%d" % sys.version_info[:2])')" --color no "$@"

@@ -2,15 +2,20 @@
 # ansible-test sanity on the collection. ansible-test wants the collection at
 # .../ansible_collections/<namespace>/<name> and sees only git-tracked files, so
 # this copies the tracked files (less the collections/ self-link) into such a
-# tree under .cache/ and runs there. Its venvs bootstrap pip from a cached
-# get-pip script that only calls ensurepip (no download: see docs/testing.md).
+# tree under .cache/ and runs there. sim/ is left out: it is the test rig, not
+# part of the built collection (galaxy.yml build_ignore), and its stand-ins keep
+# the interpreters of the tools they replace.
+# Its venvs bootstrap pip from a cached get-pip script that only calls
+# ensurepip (ansible-test's own download is not reachable here).
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 tree=$repo/.cache/sanity/ansible_collections/dgxspark/cluster
 rm -rf "$repo/.cache/sanity"
 mkdir -p "$tree"
-(cd "$repo" && git ls-files -z --cached --others --exclude-standard | grep -zv '^collections/' \
-  | xargs -0 -I{} cp -P --parents {} "$tree/")
+(cd "$repo" && git ls-files -z --cached --others --exclude-standard | grep -zvE '^(collections|sim)/' \
+  | while IFS= read -r -d '' f; do
+      if [ -e "$f" ] || [ -L "$f" ]; then cp -P --parents "$f" "$tree/"; fi
+    done)
 (cd "$tree" && git init -q && git add -A && git -c user.name=sanity -c user.email=sanity@localhost commit -qm sanity)
 pipver=$(python - <<'PY'
 import inspect, re

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: dgxspark.cluster contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Inventory sanity checks for a Spark cluster (pure functions, no I/O).
 
 The inventory describes one head (rank 0) and N workers, each with fabric

@@ -44,7 +44,7 @@ def capture_body(path: Path) -> tuple[dict[str, str], str]:
     position = 0
     while text.startswith("# ", position):
         end = text.index("\n", position)
-        key, _, value = text[position + 2:end].partition(":")
+        key, _sep, value = text[position + 2:end].partition(":")
         header[key.strip()] = value.strip()
         position = end + 1
     if text.startswith("\n", position):
@@ -121,8 +121,8 @@ def make_state(path: Path, **gpu_fields: Any) -> dict[str, Any]:
 
 
 def smi(state_path: Path, *args: str, euid: int | None = 0, now: str | None = "2025-10-03T23:16:52",
-        tool: Path = TOOL) -> subprocess.CompletedProcess[str]:
-    """Run the stand-in as a role would (its own shebang), against ``state_path``."""
+        tool: Path = TOOL, direct: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run the stand-in against ``state_path``: under this interpreter, or by its shebang (``direct``)."""
     env = dict(os.environ)
     env["SPARK_SIM_STATE"] = str(state_path)
     env.pop("SPARK_SIM_NOW", None)
@@ -131,7 +131,8 @@ def smi(state_path: Path, *args: str, euid: int | None = 0, now: str | None = "2
         env["SPARK_SIM_NOW"] = now
     if euid is not None:
         env["SPARK_SIM_EUID"] = str(euid)
-    return subprocess.run([str(tool), *args], env=env, capture_output=True, text=True, check=False)
+    command = [str(tool)] if direct else [sys.executable, str(tool)]
+    return subprocess.run([*command, *args], env=env, capture_output=True, text=True, check=False)
 
 
 def read_gpu(path: Path) -> dict[str, Any]:
@@ -567,4 +568,5 @@ def test_executable_finds_its_library_through_a_symlink(state_file: Path, tmp_pa
     link = tmp_path / "bin" / "nvidia-smi"
     link.parent.mkdir()
     link.symlink_to(TOOL)
-    assert smi(state_file, "-L", tool=link).stdout.startswith("GPU 0: NVIDIA GB10 (UUID: GPU-")
+    assert smi(state_file, "-L", tool=link, direct=True).stdout.startswith("GPU 0: NVIDIA GB10 (UUID: GPU-")
+    assert smi(state_file, "-lgc", "0,2100", direct=True).returncode == 0

@@ -69,9 +69,10 @@ def configure_links(state: dict[str, Any]) -> list[str]:
             by_ip[addr.get("local")] = link["ifname"]
     for hca in state.get("hcas", []):
         for port in hca.get("ports", []):
-            ipv4 = port.get("ipv4")
             netdev = port.get("netdev")
-            current = by_ip.get(ipv4) if ipv4 else None
+            ipv4s = [pair[0] for pair in rdma.ipv4_pairs_of(port.get("gids", []))]
+            current = next((by_ip[ip] for ip in ipv4s if ip in by_ip), None)
+            ipv4 = ", ".join(ipv4s)
             if not current or not netdev:
                 continue
             if current != netdev:

@@ -119,6 +119,7 @@ def save(state: dict[str, Any], path: str | None = None) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(state, handle, indent=2, sort_keys=True)
             handle.write("\n")
+        os.chmod(tmp, 0o644)  # readable by every user, like /sys and nvidia-smi
         os.replace(tmp, target)
     except BaseException:
         if os.path.exists(tmp):

@@ -83,12 +83,18 @@ def normalise_pids(text: str) -> str:
 
 def run_tool(tool: str, *args: str, sysfs: Path, env: dict[str, str] | None = None,
              state: Path | None = None) -> subprocess.CompletedProcess[bytes]:
-    """Run a stand-in as a role would, against ``sysfs`` (and ``state`` if given)."""
+    """Run a stand-in as a role would, against ``sysfs`` (and ``state`` if given).
+
+    The tool runs through its shebang; $SPARK_SIM_TOOL_PYTHON runs it with that
+    interpreter instead (e.g. a Python 3.13 like the node's).
+    """
+    interpreter = os.environ.get("SPARK_SIM_TOOL_PYTHON")
+    command = ([interpreter] if interpreter else []) + [str(TOOLS[tool]), *args]
     environ = {key: value for key, value in os.environ.items() if not key.startswith(("LC_", "LANG"))}
     environ["SPARK_SIM_SYSFS"] = str(sysfs)
     environ["SPARK_SIM_STATE"] = str(state) if state else str(sysfs.parent / "no-state.json")
     environ.update(env or {})
-    return subprocess.run([str(TOOLS[tool]), *args], capture_output=True, env=environ, check=False)
+    return subprocess.run(command, capture_output=True, env=environ, check=False)
 
 
 def write_tree(tmp_path: Path, hcas: list[dict[str, Any]], **state: Any) -> Path:

@@ -113,8 +113,12 @@ DOWN_RATE = "40 Gb/sec (4X QDR)"
 # --------------------------------------------------------------------------- GIDs
 
 def format_gid(address: str) -> str:
-    """An IPv6 address in the kernel's GID form: ``fe80::1`` -> ``fe80:0000:...:0001``."""
-    return ipaddress.IPv6Address(address).exploded
+    """An IPv6 address in the kernel's GID form (%pI6): ``fe80::1`` -> ``fe80:0000:...:0001``.
+
+    Built from the bytes: ``exploded`` keeps an IPv4-mapped tail dotted on Python 3.13.
+    """
+    packed = ipaddress.IPv6Address(address).packed
+    return ":".join(packed[i:i + 2].hex() for i in range(0, 16, 2))
 
 
 def ipv4_gid(ipv4: str) -> str:
@@ -388,6 +392,8 @@ def _port_state(port: dict[str, Any]) -> tuple[str, str, str]:
     name = str(port.get("port_state") or ("ACTIVE" if up else "DOWN")).upper()
     phys = str(port.get("phys_state") or ("LinkUp" if up else "Disabled"))
     rate = port.get("rate") or (RATE_BY_MBPS.get(int(port.get("speed_mbps", 0)), DOWN_RATE) if up else DOWN_RATE)
+    if name not in PORT_STATES or phys not in PHYS_STATES:
+        raise ValueError("port %s: unknown port_state %r or phys_state %r" % (port.get("port"), name, phys))
     return "%d: %s\n" % (PORT_STATES[name], name), "%d: %s\n" % (PHYS_STATES[phys], phys), rate + "\n"
 
 
@@ -398,7 +404,24 @@ def _check_gid(entry: dict[str, Any], table_len: int, where: str) -> None:
         raise ValueError("%s: GID index %s outside the table (size %d)" % (where, entry["index"], table_len))
 
 
-def _write_port(port_dir: str, port: dict[str, Any], where: str) -> None:
+def _validate(hcas: list[dict[str, Any]]) -> None:
+    """Refuse a bad state before anything on disk changes."""
+    names = [hca["name"] for hca in hcas]
+    if len(set(names)) != len(names):
+        raise ValueError("RDMA device names repeat: %s" % ", ".join(names))
+    for hca in hcas:
+        for port in hca.get("ports", []):
+            where = "%s port %s" % (hca["name"], port.get("port"))
+            _port_state(port)
+            table_len = int(port.get("gid_tbl_len", DEFAULT_GID_TABLE_LEN))
+            indices = [int(entry["index"]) for entry in port.get("gids", [])]
+            if len(set(indices)) != len(indices):
+                raise ValueError("%s: GID indices repeat" % where)
+            for entry in port.get("gids", []):
+                _check_gid(entry, table_len, where)
+
+
+def _write_port(port_dir: str, port: dict[str, Any]) -> None:
     for sub in ("gids", os.path.join("gid_attrs", "types"), os.path.join("gid_attrs", "ndevs")):
         os.makedirs(os.path.join(port_dir, sub))
     state_text, phys_text, rate_text = _port_state(port)
@@ -415,10 +438,7 @@ def _write_port(port_dir: str, port: dict[str, Any], where: str) -> None:
     for name, text in files.items():
         _write(os.path.join(port_dir, name), text)
     table_len = int(port.get("gid_tbl_len", DEFAULT_GID_TABLE_LEN))
-    by_index = {}
-    for entry in port.get("gids", []):
-        _check_gid(entry, table_len, where)
-        by_index[int(entry["index"])] = entry
+    by_index = {int(entry["index"]): entry for entry in port.get("gids", [])}
     for index in range(table_len):
         entry = by_index.get(index)
         _write(os.path.join(port_dir, "gids", str(index)), (entry["gid"] if entry else ZERO_GID) + "\n")
@@ -452,7 +472,7 @@ def _write_hca(class_dir: str, hca: dict[str, Any]) -> None:
     if hca.get("pci"):
         os.symlink(_pci_link(hca["pci"]), os.path.join(dev_dir, "device"))
     for port in hca.get("ports", []):
-        _write_port(os.path.join(dev_dir, "ports", str(port["port"])), port, "%s port %s" % (hca["name"], port["port"]))
+        _write_port(os.path.join(dev_dir, "ports", str(port["port"])), port)
 
 
 def _ipoib_address(port: dict[str, Any]) -> str:
@@ -555,9 +575,13 @@ def write_sysfs(state: dict[str, Any], root: str) -> None:
     of an earlier state survives (no leftover devices, ports or GIDs).
     """
     hcas = state.get("hcas", [])
+    _validate(hcas)
     _replace_owned(os.path.join(root, "bus", "pci", "devices"), _pci_entries(hcas))
     _replace_owned(os.path.join(root, "class", "net"), _net_entries(state))
     class_dir = os.path.join(root, "class")
+    for name in os.listdir(class_dir):
+        if name.startswith((".infiniband.new-", ".infiniband.old-")):
+            shutil.rmtree(os.path.join(class_dir, name))  # an interrupted earlier run
     new_dir = tempfile.mkdtemp(prefix=".infiniband.new-", dir=class_dir)
     try:
         for hca in hcas:

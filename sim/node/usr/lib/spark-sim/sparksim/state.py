@@ -4,7 +4,8 @@ One JSON file per node (default /var/lib/spark-sim/state.json, overridable with
 the SPARK_SIM_STATE environment variable) describes the hardware that cannot
 exist in a container: the ConnectX-7 RDMA devices and their GID tables, the
 fabric links, and the GB10 GPU. The stand-ins (show_gids, ibdev2netdev, ibstat,
-ethtool, nvidia-smi, ib_write_bw) only read it, except nvidia-smi -lgc/-rgc,
+ethtool, nvidia-smi, ib_write_bw) only read it (the RDMA ones through the sysfs
+tree rdma.write_sysfs generates from it), except nvidia-smi -lgc/-rgc,
 which records the locked clocks. The boot unit (spark-sim-boot.service) applies
 what a reboot does to it (see boot.py) and regenerates the sysfs tree.
 
@@ -20,28 +21,45 @@ Schema (version 1)::
       },
       "cables_seated": true,           # DAC cables are in the cages right now
       "sysfs_root": "/var/lib/spark-sim/sys",   # the stand-in /sys (class/infiniband/...)
-      "hcas": [
+      "hcas": [                        # owned by rdma.py; rdma.default_hcas() makes it. The RDMA stand-ins
+                                       # (show_gids, ibdev2netdev, ibstat, ethtool) read the sysfs tree that
+                                       # rdma.write_sysfs() generates from it, never this JSON: call write_sysfs
+                                       # again after any change here (the boot unit does at every boot)
         {
-          "name": "rocep1s0f1",        # RDMA device name
-          "ca_type": "MT4129",
+          "name": "rocep1s0f1",        # RDMA device name (class/infiniband/<name>)
+          "node_type": 1,              # 1 CA (4 = iWARP RNIC: ibstat skips it)
+          "ca_type": "MT4129",         # hca_type; ibstat "CA type"
+          "pci_device_id": "0x1021",   # device/device; ibdev2netdev -v prints it as MT4129
           "fw": "28.45.4028",
           "hw_version": "0",
-          "node_guid": "0x...",
+          "node_guid": "0x4cbb4703002e0001",      # OUI + 0300 + NIC part of the MAC
+          "sys_image_guid": "0x4cbb4703002e0000", # node GUID of function 0 (rocep1s0f0)
           "pci": "0000:01:00.1",
-          "part": "MCX750500B-0D00_Ax",   # as ibdev2netdev -v prints it
+          "vpd": {                     # PCI VPD (null: none, ibdev2netdev -v says NA); ibdev2netdev -v shows
+            "id": "NVIDIA ConnectX-7 ...",   # the id string and, from the 4th `strings` line, the part
+            "fields": [["PN", "MCX750500B-0D00_Ax"], ["EC", "A1"], ["V2", "MCX750500B-0D00_Ax     "],
+                       ["SN", "MT...                   "], ["V0", "PCIeGen5 x4"]]
+          },
           "ports": [
             {
               "port": 1,
               "netdev": "enp1s0f1np1", # fabric netdev (renamed at boot by the sim)
-              "link_layer": "Ethernet",
-              "state": "up",           # up | down  (carrier)
-              "speed_mbps": 200000,    # what ethtool / ibstat report
+              "ipv4": "192.168.100.1", # rails only: the fabric address (boot.configure_links finds the link by it)
+              "link_layer": "Ethernet",  # | InfiniBand
+              "state": "up",           # up | down  (carrier; port 4: ACTIVE / 1: DOWN)
+              "cable": true,           # a DAC is in the cage (ethtool: Port, "No cable" when down)
+              "speed_mbps": 200000,    # what ethtool reports; rate "200 Gb/sec (4X HDR)", ibstat "Rate: 200"
+              "lanes": 4,
               "throttled": false,      # stale-initialisation: ~13 Gb/s real bandwidth
               "throttle_persists": false,  # a reboot does not clear it (needs AC cycle)
               "bw_gbps": 98.0,         # healthy ib_write_bw figure for this rail
               "mtu": 9000,
               "mac": "4c:bb:47:2e:00:01",
-              "gids": [                # the GID table; index -> entry
+              "gid_tbl_len": 256,      # gids/0..255 exist; unused ones read the zero GID
+              # optional overrides (defaults derive from state/link_layer): "port_state" (ACTIVE, DOWN,
+              # INIT, ARMED), "phys_state" (LinkUp, Disabled, Polling, ...), "rate" (the rate file),
+              # "lid", "lmc", "sm_lid", "sm_sl", "cap_mask" ("0x00010000"), "link_ext_state" (ethtool)
+              "gids": [                # the GID table; index -> entry; ndev null on InfiniBand ports
                 {"index": 0, "gid": "fe80:0000:...", "type": "IB/RoCE v1", "ndev": "enp1s0f1np1"},
                 {"index": 1, "gid": "fe80:0000:...", "type": "RoCE v2", "ndev": "enp1s0f1np1"},
                 {"index": 2, "gid": "0000:...:ffff:c0a8:6401", "type": "IB/RoCE v1", "ndev": "enp1s0f1np1"},

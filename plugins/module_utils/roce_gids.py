@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: dgxspark.cluster contributors
-# Apache License 2.0 (see galaxy.yml)
+# SPDX-License-Identifier: Apache-2.0
 """RoCE GID tables -> NCCL environment, shared by a module and a node-side resolver.
 
 Standard library only, Python 3.8+. The same file runs in two places:
@@ -32,9 +32,7 @@ import ipaddress
 import os
 import re
 import tempfile
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
-
-from typing import TypedDict
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypedDict
 
 __all__ = [
     'GidEntry', 'ParseResult', 'Rail', 'Resolution', 'RoceGidError',
@@ -128,9 +126,10 @@ _DEVICE_RE = re.compile(r'^[A-Za-z][A-Za-z0-9_.\-]*$')
 _NETDEV_RE = re.compile(r'^[A-Za-z0-9_][A-Za-z0-9_.\-:@]*$')
 _VERSION_RE = re.compile(r'^(?:(?:IB/)?RoCE)?[-_]?v([12])$', re.IGNORECASE)
 _VERSION_PREFIX = ('roce', 'ib/roce')
-_TRAILER_RE = re.compile(r'^n_gids_found\s*[=:]\s*(\d+)', re.IGNORECASE)
+_TRAILER_RE = re.compile(r'(?:^|\s)n_gids_found\s*[=:]\s*(\d+)', re.IGNORECASE)
 _COMMENT_CHARS = '#>|;*'
 _INVISIBLE = dict.fromkeys(map(ord, '\u200b\u200c\u200d\u2060\ufeff\r'), None)
+_ANSI_RE = re.compile(r'\x1b\[[0-9;?]*[A-Za-z]')
 _NULL_GIDS = ('0000:0000:0000:0000:0000:0000:0000:0000', 'fe80:0000:0000:0000:0000:0000:0000:0000')
 _HEADER_WORDS = frozenset(('DEV', 'PORT', 'INDEX', 'GID', 'IPV4', 'VER'))
 
@@ -206,7 +205,7 @@ def ipv4_from_gid(gid: str) -> str:
 
 def _tokens(line: str) -> List[str]:
     """Split one physical line on any whitespace (tabs, spaces, NBSP), dropping comment/quote prefixes."""
-    tokens = line.translate(_INVISIBLE).split()
+    tokens = [token for token in line.translate(_INVISIBLE).split() if token.strip('|')]  # '|' of markdown tables
     while tokens and tokens[0].strip(_COMMENT_CHARS) == '':
         tokens.pop(0)
     if tokens:
@@ -220,7 +219,7 @@ def _is_header(tokens: Sequence[str]) -> bool:
 
 
 def _is_separator(tokens: Sequence[str]) -> bool:
-    return all(set(token) <= set('-=_') for token in tokens)
+    return all(set(token) <= set('-=_|:+') for token in tokens)
 
 
 def _starts_row(tokens: Sequence[str]) -> bool:
@@ -311,8 +310,21 @@ def parse_show_gids(text: str) -> ParseResult:
     InfiniBand ports). Tolerated: CRLF, indentation, comment/quote prefixes
     (``# ``, ``> ``), header and dashes lines anywhere, a missing trailer, a
     trailing period glued to the last token, rows wrapped over several lines
-    by mail clients, text around the table (reported in ``problems``).
+    by mail clients, text around the table (reported in ``problems``),
+    markdown table pipes, ANSI colour codes, and output whose tabs and
+    newlines were pasted as literal ``\\t`` / ``\\n`` escapes (JSON strings).
     """
+    text = _ANSI_RE.sub('', text)
+    result = _parse_lines(text)
+    if not result.entries and ('\\t' in text or '\\n' in text):
+        unescaped = _parse_lines(text.replace('\\r', '').replace('\\n', '\n').replace('\\t', '\t'))
+        if unescaped.entries:
+            unescaped.problems.insert(0, 'the text had literal \\t / \\n escapes (a JSON string?); decoded them')
+            return unescaped
+    return result
+
+
+def _parse_lines(text: str) -> ParseResult:
     entries = []  # type: List[GidEntry]
     problems = []  # type: List[str]
     n_gids_found = None  # type: Optional[int]
@@ -345,14 +357,15 @@ def parse_show_gids(text: str) -> ParseResult:
             continue
         text_lines += 1
         soft_wrap = raw != raw.rstrip()
-        trailer = _TRAILER_RE.match(''.join(tokens))
+        trailer = _TRAILER_RE.search(' '.join(tokens))
         if trailer:
             flush()
             if n_gids_found is not None and n_gids_found != int(trailer.group(1)):
-                problems.append('line %d: second n_gids_found trailer (%s, first said %d)' % (lineno, trailer.group(1), n_gids_found))
+                problems.append('line %d: second n_gids_found trailer (%s, first said %s)' % (lineno, trailer.group(1), n_gids_found))
             n_gids_found = int(trailer.group(1))
             continue
-        if _is_header(tokens) or _is_separator(tokens):
+        unnumbered = tokens[1:] if len(tokens) > 1 and _INT_RE.match(tokens[0]) else tokens  # cat -n, editors
+        if _is_header(unnumbered) or _is_separator(unnumbered):
             flush()
             continue
         if pending:
@@ -522,9 +535,11 @@ def _hca_names(hca: Optional[Iterable[str]]) -> List[str]:
 
 
 def _describe(rows: Sequence[GidEntry]) -> str:
-    return ', '.join('%s port %d index %d (%s%s)' % (row['device'], row['port'], row['index'], row['version'],
-                                                      ', netdev ' + row['netdev'] if row['netdev'] else ', no netdev')
-                     for row in rows)
+    described = []
+    for row in rows:
+        netdev = 'netdev ' + row['netdev'] if row['netdev'] else 'no netdev'
+        described.append('%s port %d index %d (%s, %s)' % (row['device'], row['port'], row['index'], row['version'], netdev))
+    return ', '.join(described)
 
 
 def _rail_problem(address: str, rows: Sequence[GidEntry], wanted: str, hca: List[str]) -> str:
@@ -537,9 +552,9 @@ def _rail_problem(address: str, rows: Sequence[GidEntry], wanted: str, hca: List
     if not in_filter:
         return '%s: found only on %s, outside the hca filter %s' % (address, _describe(rows), ','.join(hca))
     if not [row for row in in_filter if row['version'] == wanted]:
-        return ('%s: exists only as RoCE %s (%s): the device/driver exposes no RoCE %s GID for it; '
-                'check the NIC, its firmware and driver (RoCE %s needs ConnectX-4 or newer and a RoCE %s capable driver)'
-                % (address, other, _describe(in_filter), wanted, wanted, wanted))
+        return ('%s: exists only as RoCE %s (%s): the device exposes no RoCE %s GID for this address; '
+                'check the NIC firmware and driver and the GID types in sysfs (ports/<port>/gid_attrs/types/<index>)'
+                % (address, other, _describe(in_filter), wanted))
     return '%s: unusable (%s)' % (address, _describe(in_filter))  # pragma: no cover - callers only pass failing rows
 
 

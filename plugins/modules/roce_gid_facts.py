@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
 # Copyright: dgxspark.cluster contributors
-# Apache License 2.0 (see galaxy.yml)
+# SPDX-License-Identifier: Apache-2.0
 
 from __future__ import annotations
 

@@ -150,10 +150,10 @@ def test_stopped_driver_is_a_silent_255(tmp_path: Path) -> None:
 
 
 def test_carrier_drives_up_and_down(tmp_path: Path) -> None:
-    state = {"hostname": "spark-head", "hcas": _spark(["enp1s0f1np1"])}
+    hcas = _spark(["enp1s0f1np1"])
     root = tmp_path / "sys"
-    rdma.write_sysfs(state, str(root))
+    rdma.write_sysfs({"hostname": "spark-head", "hcas": hcas}, str(root))
     assert b"rocep1s0f1 port 1 ==> enp1s0f1np1 (Up)" in run_tool("ibdev2netdev", sysfs=root).stdout
-    state["hcas"][1]["ports"][0]["state"] = "down"
-    rdma.write_sysfs(state, str(root))
+    hcas[1]["ports"][0]["state"] = "down"
+    rdma.write_sysfs({"hostname": "spark-head", "hcas": hcas}, str(root))
     assert b"rocep1s0f1 port 1 ==> enp1s0f1np1 (Down)" in run_tool("ibdev2netdev", sysfs=root).stdout

@@ -14,7 +14,7 @@ import pytest
 
 from sim_captures import rdma, run_tool
 
-RAILS = [{"netdev": "enp1s0f1np1", "ipv4": "192.168.100.1"},
+RAILS: list[dict[str, Any]] = [{"netdev": "enp1s0f1np1", "ipv4": "192.168.100.1"},
          {"netdev": "enP2p1s0f1np1", "ipv4": "192.168.101.1", "gid_index_v2": 6}]
 
 

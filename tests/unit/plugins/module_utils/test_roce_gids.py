@@ -8,7 +8,9 @@ by a generic check (index per IPv4, n_gids_found) and restated by hand below.
 
 from __future__ import annotations
 
+import json
 import os
+import random
 import re
 import stat
 from pathlib import Path
@@ -269,6 +271,11 @@ DAMAGE_CASES = [
     pytest.param(_wrap_after('ver'), id='wrapped-after-version'),
     pytest.param(_wrap_after('index'), id='wrapped-after-index'),
     pytest.param(spark_text() + spark_text(), id='two-captures-concatenated'),
+    pytest.param(''.join('| %s |\n' % ' | '.join(c for c in line.split('\t') if c) for line in spark_text().splitlines()),
+                 id='markdown-table'),
+    pytest.param(''.join('\x1b[0;32m%s\x1b[0m\n' % line for line in spark_text().splitlines()), id='ansi-colours'),
+    pytest.param(json.dumps(spark_text())[1:-1], id='json-escaped-string'),
+    pytest.param(''.join('%6d\t%s' % (n, line) for n, line in enumerate(spark_text().splitlines(True), 1)), id='cat-n-line-numbers'),
 ]
 
 
@@ -599,7 +606,7 @@ def test_sysfs_gid_entry_pure():
     assert rg.sysfs_gid_entry('mlx5_0', '1', '0', LL0, 'IB/RoCE v1', None)['version'] == 'v1'
     assert rg.sysfs_gid_entry('mlx5_0', '1', '0', LL0, None, None) == dict(
         device='mlx5_0', port=1, index=0, gid=LL0, ipv4='', version='v1', netdev='')
-    assert rg.sysfs_gid_entry('mlx5_0', '1', '0', LL0, '', '') ['version'] == 'v1'
+    assert rg.sysfs_gid_entry('mlx5_0', '1', '0', LL0, '', '')['version'] == 'v1'
     assert rg.sysfs_gid_entry('mlx5_0', '1', '9', '0000:0000:0000:0000:0000:0000:0000:0000\n', None, None) is None
     assert rg.sysfs_gid_entry('mlx5_0', '1', '9', 'fe80:0000:0000:0000:0000:0000:0000:0000', None, None) is None
     assert rg.sysfs_gid_entry('mlx5_0', '1', '9', 'garbage', None, None) is None
@@ -631,9 +638,11 @@ def test_read_sysfs_gids_without_rdma(tmp_path):
 
 @pytest.mark.parametrize('path', capture_params)
 def test_sysfs_and_show_gids_give_the_same_table(tmp_path, path):
-    entries = [e for e in rg.parse_show_gids(read_capture(path)[1]).entries]
+    entries = rg.parse_show_gids(read_capture(path)[1]).entries
     make_sysfs(tmp_path, sysfs_rows_from_entries(entries))
-    key = lambda e: (e['device'], e['port'], e['index'])  # noqa: E731
+
+    def key(entry):
+        return (entry['device'], entry['port'], entry['index'])
     assert sorted(rg.read_sysfs_gids(str(tmp_path)), key=key) == sorted(entries, key=key)
 
 
@@ -671,3 +680,44 @@ def test_write_env_file_atomic(tmp_path):
     assert target.read_text() == 'A=2\n'
     assert stat.S_IMODE(target.stat().st_mode) == 0o644
     assert [p.name for p in target.parent.iterdir()] == ['nccl.env']
+
+
+# ---------------------------------------------------------------------------
+# never a traceback: mangled real captures only ever give a ParseResult or a RoceGidError
+
+def _mangle(text, rng):
+    operations = [
+        lambda t: t.expandtabs(rng.choice([1, 2, 4, 8])),
+        lambda t: t.replace('\n', '\r\n'),
+        lambda t: t.replace('\t', rng.choice(['\xa0', ' \xa0 ', '\u2003', '  '])),
+        lambda t: ''.join(rng.choice(['# ', '> ', '  ', '']) + line for line in t.splitlines(True)),
+        lambda t: t[:rng.randrange(len(t) + 1)],
+        lambda t: '\n'.join(line for line in t.split('\n') if rng.random() > 0.2),
+        lambda t: t.replace(rng.choice(['c0a8', 'fe80', '0000', 'ffff']), 'xxxx'),
+        lambda t: t.rstrip() + '.',
+        lambda t: ''.join(c for c in t if rng.random() > 0.01),
+        lambda t: t.replace('\t', '\n', rng.randrange(5)),
+    ]
+    for _step in range(rng.randrange(1, 5)):
+        text = rng.choice(operations)(text)
+    return text
+
+
+@pytest.mark.parametrize('path', capture_params)
+def test_mangled_captures_never_crash(path):
+    body = read_capture(path)[1]
+    rng = random.Random(path.name)
+    for _attempt in range(200):
+        text = _mangle(body, rng)
+        result = rg.parse_show_gids(text)
+        assert isinstance(result.problems, list)
+        for entry in result.entries:
+            assert entry['version'] in ('v1', 'v2') and isinstance(entry['index'], int)
+        addresses = sorted(set(e['ipv4'] for e in result.entries if e['ipv4'])) or [UNUSED_IP]
+        for address in addresses[:3]:
+            try:
+                env = rg.build_nccl_env(result.entries, [address])['env']
+            except rg.RoceGidError as exc:
+                assert address in exc.msg
+            else:
+                assert all(value for value in env.values())

@@ -273,7 +273,6 @@ def default_hcas(hostname: str, rails: list[dict[str, Any]]) -> list[dict[str, A
         raise ValueError("not a DGX Spark fabric netdev: %s" % ", ".join(unknown))
     base = _hostname_mac_base(hostname)
     system_guid = node_guid_of(_mac(base, 0))
-    vpd = spark_vpd(_serial(hostname))
     hcas = []
     for offset, (name, netdev, pci) in enumerate(SPARK_LAYOUT):
         mac = _mac(base, offset)
@@ -287,7 +286,7 @@ def default_hcas(hostname: str, rails: list[dict[str, Any]]) -> list[dict[str, A
             "node_guid": node_guid_of(mac),
             "sys_image_guid": system_guid,
             "pci": pci,
-            "vpd": vpd,
+            "vpd": spark_vpd(_serial(hostname)),
             "ports": [_spark_port(netdev, mac, by_netdev.get(netdev))],
         })
     return hcas

@@ -18,7 +18,20 @@ gate_yamllint() { yamllint --strict . ; }
 gate_ansible-lint() { ansible-lint --offline ; }
 gate_sanity() { "$repo/scripts/sanity.sh" ; }
 gate_pytest() { python -m pytest -q tests/unit ; }
-gate_molecule() { molecule test -s default ; }
+# Every scenario under molecule/, default first; each on its own sim pair.
+gate_molecule() {
+  local rc=0 scenario t0
+  for scenario in default $(ls molecule | grep -vx default); do
+    [ -f "molecule/$scenario/molecule.yml" ] || continue
+    t0=$(date +%s)
+    if molecule test -s "$scenario"; then
+      echo "molecule $scenario: passed in $(( $(date +%s) - t0 ))s"
+    else
+      echo "molecule $scenario: FAILED after $(( $(date +%s) - t0 ))s"; rc=1
+    fi
+  done
+  return $rc
+}
 
 for gate in "${gates[@]}"; do
   declare -F "gate_$gate" >/dev/null || { echo "unknown gate $gate (known: yamllint ansible-lint sanity pytest molecule)" >&2; exit 2; }

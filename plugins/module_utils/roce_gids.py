@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: dgxspark.cluster contributors
-# SPDX-License-Identifier: Apache-2.0
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """RoCE GID tables -> NCCL environment, shared by a module and a node-side resolver.
 
 Standard library only, Python 3.8+. The same file runs in two places:
@@ -9,7 +9,7 @@ Standard library only, Python 3.8+. The same file runs in two places:
   inside the ``dgxspark.cluster.roce_gid_facts`` module;
 * as a plain ``roce_gids`` module that the nic role installs at
   ``/usr/local/lib/dgxspark/roce_gids.py``, imported by
-  ``dgxspark-nccl-resolve`` (systemd ExecStartPre of the serving unit).
+  ``dgxspark_nccl_resolve.py`` (systemd ExecStartPre of the serving unit).
 
 So it must never import anything from ``ansible``.
 

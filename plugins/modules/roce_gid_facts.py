@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
 # Copyright: dgxspark.cluster contributors
-# SPDX-License-Identifier: Apache-2.0
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ description:
   - Fails with a message naming the fabric address, listing what was found (devices, addresses,
     versions) and a hint, when the address is absent, exists only as RoCE v1, is carried by
     several ports, when several rails share no GID index, or when the output cannot be parsed.
-  - The same parser runs on the nodes in C(dgxspark-nccl-resolve) (nic role) before every start of
+  - The same parser runs on the nodes in C(dgxspark_nccl_resolve.py) (nic role) before every start of
     the serving unit, so this module is best used for checks and reporting, not to pin an index.
 author:
   - dgxspark.cluster maintainers (!UNKNOWN)

@@ -1,14 +1,13 @@
-#!/usr/bin/python3
 # -*- coding: utf-8 -*-
 # Copyright: dgxspark.cluster contributors
-# SPDX-License-Identifier: Apache-2.0
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Write the NCCL / host environment file of this node from the live RoCE GID table.
 
 Runs as ExecStartPre of the serving unit, before every start: the RoCE v2 GID
 index of the fabric address differs per node and drifts across reboots and
 link events, so it is resolved now, never shipped as a constant.
 
-    dgxspark-nccl-resolve --fabric-ipv4 IP [--fabric-ipv4 IP2] [--sysfs-root /sys]
+    dgxspark_nccl_resolve.py --fabric-ipv4 IP [--fabric-ipv4 IP2] [--sysfs-root /sys]
                           [--show-gids-cmd show_gids] [--output /run/dgxspark/nccl.env]
                           [--nccl-gid-auto] [--static-env FILE]
 
@@ -33,7 +32,7 @@ import shutil
 import subprocess
 import sys
 
-PROG = 'dgxspark-nccl-resolve'
+PROG = 'dgxspark_nccl_resolve.py'
 DEFAULT_LIB = '/usr/local/lib/dgxspark'
 DEFAULT_OUTPUT = '/run/dgxspark/nccl.env'
 EXIT_FAILED = 1

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sim_captures import rdma, run_tool, write_tree
+from captures import rdma, run_tool, write_tree
 
 
 @pytest.fixture

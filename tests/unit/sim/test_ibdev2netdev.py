@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import pytest
 
-from sim_captures import capture_body, captures, crlf, hca, ib_port, rdma, roce_port, run_tool, write_tree
+from captures import capture_body, captures, crlf, hca, ib_port, rdma, roce_port, run_tool, write_tree
 
 CX4_LX = {"id": "CX4121A - ConnectX-4 LX SFP28"}
 CX5 = {"id": "CX515A - ConnectX-5 QSFP28",

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import pytest
 
-from sim_captures import (capture_body, captures, crlf, expand_tabs, normalise_pids, rdma, roce_port,
+from captures import (capture_body, captures, crlf, expand_tabs, normalise_pids, rdma, roce_port,
                           run_tool, write_tree)
 
 STATES = {"Active": "ACTIVE", "Down": "DOWN", "Initializing": "INIT", "Armed": "ARMED"}
@@ -63,7 +63,7 @@ def hardware_of(body: str) -> list[dict[str, Any]]:
         if text.startswith("CA '"):
             hcas.append({"name": text[4:-1], "ports": []})
             continue
-        key, _, value = text.partition(": ")
+        key, _sep, value = text.partition(": ")
         if key in CA_KEYS:
             hcas[-1][CA_KEYS[key]] = value
         elif text.startswith("Port ") and text.endswith(":"):
@@ -146,15 +146,15 @@ def test_spark_ports_read_like_a_dgx_spark(spark_root: Path) -> None:
     assert "\t\tState: Active\n\t\tPhysical state: LinkUp\n\t\tRate: 200\n" in text
     assert "\t\tPort GUID: %s\n\t\tLink layer: Ethernet\n" % guid in text
     assert "\tCA type: MT4129\n\tNumber of ports: 1\n" in text
-    _, down = _run(spark_root, "rocep1s0f0")
+    _rc, down = _run(spark_root, "rocep1s0f0")
     assert "\t\tState: Down\n\t\tPhysical state: Disabled\n\t\tRate: 40\n" in down
 
 
 def test_list_short_and_port_guids(spark_root: Path) -> None:
     assert _run(spark_root, "-l") == (0, "roceP2p1s0f0\nroceP2p1s0f1\nrocep1s0f0\nrocep1s0f1\n")
-    _, short = _run(spark_root, "-s", "rocep1s0f1")
+    _rc, short = _run(spark_root, "-s", "rocep1s0f1")
     assert short.count("\n") == 7 and "Port" not in short
-    _, guids = _run(spark_root, "--port_list")
+    _rc, guids = _run(spark_root, "--port_list")
     assert len(guids.splitlines()) == 4 and all(line.startswith("0x4ebb47fffe") for line in guids.splitlines())
 
 
@@ -173,7 +173,7 @@ def test_a_missing_port_warns_then_panics(spark_root: Path) -> None:
 
 
 def test_a_ca_name_matches_by_prefix_like_strncmp(spark_root: Path) -> None:
-    _, text = _run(spark_root, "rocep1s0f1-typo")
+    _rc, text = _run(spark_root, "rocep1s0f1-typo")
     assert text.startswith("CA 'rocep1s0f1'\n")
 
 

@@ -12,10 +12,12 @@ from typing import Any
 
 import pytest
 
-from sim_captures import rdma, run_tool
+from captures import rdma, run_tool
 
-RAILS: list[dict[str, Any]] = [{"netdev": "enp1s0f1np1", "ipv4": "192.168.100.1"},
-         {"netdev": "enP2p1s0f1np1", "ipv4": "192.168.101.1", "gid_index_v2": 6}]
+RAILS: list[dict[str, Any]] = [
+    {"netdev": "enp1s0f1np1", "ipv4": "192.168.100.1"},
+    {"netdev": "enP2p1s0f1np1", "ipv4": "192.168.101.1", "gid_index_v2": 6},
+]
 
 
 def _port(hcas: list[dict[str, Any]], netdev: str) -> dict[str, Any]:
@@ -205,8 +207,8 @@ def test_show_gids_follows_a_reboot(tmp_path: Path) -> None:
 
 def test_bad_gid_is_refused(tmp_path: Path) -> None:
     state = _state()
-    _port(state["hcas"], "enp1s0f1np1")["gids"].append({"index": 300, "gid": rdma.ipv4_gid("10.0.0.9"),
-                                                         "type": "RoCE v2", "ndev": "enp1s0f1np1"})
+    _port(state["hcas"], "enp1s0f1np1")["gids"].append(
+        {"index": 300, "gid": rdma.ipv4_gid("10.0.0.9"), "type": "RoCE v2", "ndev": "enp1s0f1np1"})
     with pytest.raises(ValueError, match="outside the table"):
         rdma.write_sysfs(state, str(tmp_path / "sys"))
     assert not (tmp_path / "sys").exists()

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import pytest
 
-from sim_captures import (capture_body, captures, comment_out, crlf, expand_tabs, gid, hca, ib_port,
+from captures import (capture_body, captures, comment_out, crlf, expand_tabs, gid, hca, ib_port,
                           rdma, roce_port, run_tool, strip_trailing_blanks, write_tree)
 
 

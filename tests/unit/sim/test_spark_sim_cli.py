@@ -48,7 +48,8 @@ def write_inventory(tmp_path: Path, head_ip: str = "10.77.250.11", worker_fabric
 def sim(inv: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     bindir = str(Path(sys.executable).parent)
     full_env = dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""), **(env or {}))
-    return subprocess.run([sys.executable, str(CLI), "-i", str(inv), *args], capture_output=True, text=True, env=full_env, timeout=120)
+    return subprocess.run([sys.executable, str(CLI), "-i", str(inv), *args], capture_output=True, text=True, env=full_env,
+                          timeout=120, check=False)
 
 
 def docker(*args: str, check: bool = True) -> subprocess.CompletedProcess:

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 NODE = REPO / "sim" / "node" / "usr"
 NODE_LIB = NODE / "lib" / "spark-sim"
 TOOLS = {

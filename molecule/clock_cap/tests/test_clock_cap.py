@@ -1,0 +1,45 @@
+"""Live state of the clock_cap scenario's sim pair after converge, idempotence,
+check and side_effect (the worker rebooted; the head's lock dropped by hand and
+re-applied by the role; out-of-range ceilings refused).
+"""
+
+import json
+
+UNIT = "dgxspark-clock-cap.service"
+
+
+def _state(host):
+    return json.loads(host.file("/var/lib/spark-sim/state.json").content_string)
+
+
+def test_unit_is_enabled_and_active(host):
+    unit = host.service(UNIT)
+    assert unit.is_enabled
+    assert unit.is_running  # oneshot with RemainAfterExit: active (exited)
+
+
+def test_unit_orders_before_the_serving_unit_and_resets_on_stop(host):
+    show = host.check_output("systemctl show -p Before -p ExecStop -p ExecStart -p WantedBy %s" % UNIT)
+    assert "dgxspark-vllm.service" in show
+    assert "-rgc" in show
+    assert "-lgc 0,2100" in show
+
+
+def test_the_stand_in_holds_the_lock(host):
+    assert _state(host)["gpu"]["locked_clocks"] == {"min_mhz": 0, "max_mhz": 2100}
+    out = host.check_output("nvidia-smi --query-gpu=clocks.sm,clocks.max.sm --format=csv,noheader,nounits")
+    assert out.strip() == "2080, 3003"
+
+
+def test_q_clock_shows_the_capped_sm_clock(host):
+    out = host.check_output("nvidia-smi -q -d CLOCK")
+    sm = [line for line in out.splitlines() if line.strip().startswith("SM")]
+    assert sm[0].split(":")[1].strip() == "2080 MHz"
+
+
+def test_worker_rebooted_and_the_lock_came_back(host):
+    state = _state(host)
+    name = host.backend.get_hostname()
+    assert state["boot"]["count"] == (2 if name == "spark-worker" else 1)
+    journal = host.check_output("journalctl -b -u %s --no-pager -o cat" % UNIT)
+    assert "GPU clocks set to" in journal

@@ -1,0 +1,63 @@
+# -*- coding: utf-8 -*-
+# Copyright: dgxspark.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The vLLM serve command, its environment and the node topology, as filters.
+
+One filter per function of ``plugins/module_utils/vllm_cmd.py`` (the single
+source of truth, unit-tested). Each filter is documented in its sidecar file
+(``vllm_serve_argv.yml``, ``vllm_serve_warnings.yml``, ``vllm_serve_env.yml``,
+``vllm_topology.yml``), so ``ansible-doc -t filter dgxspark.cluster.<name>``
+shows it.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.dgxspark.cluster.plugins.module_utils import vllm_cmd
+
+
+def _wrap(func):
+    def filter_func(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except vllm_cmd.VllmConfigError as exc:
+            raise AnsibleFilterError('%s: %s' % (func.__name__, exc)) from exc
+    filter_func.__name__ = func.__name__
+    filter_func.__doc__ = func.__doc__
+    return filter_func
+
+
+def vllm_serve_argv(knobs, role=None, node_rank=None, nnodes=None, master_addr=None, command=None, topology=None):
+    """argv of vllm serve for one node (see vllm_cmd.serve_argv)."""
+    return vllm_cmd.serve_argv(knobs, role=role, node_rank=node_rank, nnodes=nnodes, master_addr=master_addr,
+                               command=command, topology=topology)
+
+
+def vllm_serve_warnings(knobs):
+    """Settings that cost speed or safety (see vllm_cmd.serve_warnings)."""
+    return vllm_cmd.serve_warnings(knobs)
+
+
+def vllm_serve_env(knobs):
+    """Static, non-secret environment of vllm serve (see vllm_cmd.serve_env)."""
+    return vllm_cmd.serve_env(knobs)
+
+
+def vllm_topology(groups, hostvars, host, head_group='spark_head', worker_group='spark_workers'):
+    """A host's role, node rank, node count and the master address (see vllm_cmd.topology)."""
+    return vllm_cmd.topology(groups, hostvars, host, head_group=head_group, worker_group=worker_group)
+
+
+class FilterModule(object):
+    """vLLM serve command filters."""
+
+    def filters(self):
+        return {
+            'vllm_serve_argv': _wrap(vllm_serve_argv),
+            'vllm_serve_warnings': _wrap(vllm_serve_warnings),
+            'vllm_serve_env': _wrap(vllm_serve_env),
+            'vllm_topology': _wrap(vllm_topology),
+        }

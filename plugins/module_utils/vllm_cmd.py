@@ -1,0 +1,508 @@
+# -*- coding: utf-8 -*-
+# Copyright: dgxspark.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The vLLM serve command of the Spark cluster: one source of truth (pure functions, no I/O).
+
+Standard library only, Python 3.8+, never imports ``ansible`` (the filters in
+``plugins/filter/vllm.py`` wrap these functions and turn ``VllmConfigError``
+into ``AnsibleFilterError``).
+
+The input is a dict of the ``runtime_vllm_*`` knobs (see ``KNOBS``; missing
+keys take their default, keys that are not knobs are ignored)::
+
+    {"runtime_vllm_model": "deepseek-ai/DeepSeek-V4-Flash-0731",
+     "runtime_vllm_revision": "9e165c30e2704aec5d9d593cce3eebd58bbef1cb",
+     "runtime_vllm_max_num_seqs": 6, "runtime_vllm_mtp_num_tokens": 5, ...}
+
+and the node's place in the cluster, from ``topology()``::
+
+    {"role": "head", "node_rank": 0, "nnodes": 2, "master_addr": "192.168.100.1"}
+
+``serve_argv()`` returns the argv of ``vllm serve`` (the venv runs it as is;
+a container passes everything after ``command`` to an image whose entrypoint
+is ``vllm serve``). Both ranks get the same engine arguments; only
+``--node-rank`` and ``--headless`` differ. The API key is never part of argv:
+vLLM reads ``VLLM_API_KEY`` from its environment (a 0600 environment file).
+
+``serve_env()`` returns the static, non-secret environment of the recipe
+(seed 004 ``.env.dspark`` / MIA compose). The per-host values (NCCL_IB_HCA,
+NCCL_IB_GID_INDEX, socket interfaces, VLLM_HOST_IP) come from the nic role's
+resolver at every start, never from here.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+__all__ = [
+    'VllmConfigError', 'KNOBS', 'KNOB_DEFAULTS', 'KNOB_PREFIX', 'PER_HOST_ENV_KEYS', 'STATIC_ENV',
+    'MAX_MODEL_LEN_CEILING', 'MIN_MTP_0731', 'RECOMMENDED_MAX_NUM_SEQS', 'GPU_MEMORY_UTILIZATION_CEILING',
+    'KV_CACHE_DTYPES', 'DRAFT_SAMPLE_METHODS', 'DEFAULT_THINKING', 'OWNED_FLAGS',
+    'resolve_knobs', 'serve_argv', 'serve_warnings', 'serve_env', 'topology',
+    'speculative_config', 'cudagraph_capture_size',
+]
+
+KNOB_PREFIX = 'runtime_vllm_'
+
+MAX_MODEL_LEN_CEILING = 1048576          # the model's architectural maximum (1M)
+MIN_MTP_0731 = 5                         # 0731 checkpoint: dspark_block_size 5; fewer truncates the draft blocks
+RECOMMENDED_MAX_NUM_SEQS = 6             # seed 003: fewer shrinks the captured graphs (-1/3 decode)
+GPU_MEMORY_UTILIZATION_CEILING = 0.87    # never above ~0.86-0.87 on a Spark (platform facts "Memory")
+KV_CACHE_DTYPES = ('fp8_ds_mla', 'nvfp4_ds_mla')
+DRAFT_SAMPLE_METHODS = ('probabilistic', 'greedy')
+DEFAULT_THINKING = {
+    'off': {'thinking': False},
+    'low': {'thinking': True, 'reasoning_effort': 'low'},
+    'high': {'thinking': True, 'reasoning_effort': 'high'},
+    'max': {'thinking': True, 'reasoning_effort': 'max'},
+}
+
+# name (without prefix), default, kind, description. kind: str | nonempty | int | float | bool | list | dict
+# Ranges and choices are checked in resolve_knobs(). The runtime/service roles
+# declare the same names and defaults in defaults/main.yml and meta/argument_specs.yml.
+KNOBS = (
+    ('model', 'deepseek-ai/DeepSeek-V4-Flash-0731', 'nonempty',
+     'Hugging Face repo id (read from the HF cache) or a local checkpoint directory; the positional MODEL of vllm serve.'),
+    ('revision', '9e165c30e2704aec5d9d593cce3eebd58bbef1cb', 'str',
+     'Checkpoint commit (--revision); empty leaves the flag out (tip of main).'),
+    ('served_model_name', 'deepseek-v4-flash-0731', 'nonempty', 'Name clients send as model (--served-model-name).'),
+    ('host', '0.0.0.0', 'nonempty', 'Address the API binds (--host); 127.0.0.1 for head-only tests.'),
+    ('port', 8888, 'int', 'API port (--port).'),
+    ('master_port', 25000, 'int', 'Rendezvous port on the head\'s fabric address (--master-port).'),
+    ('tensor_parallel_size', None, 'int', 'Tensor-parallel size; null = the number of nodes (one GB10 GPU per node).'),
+    ('kv_cache_dtype', 'nvfp4_ds_mla', 'str', 'KV cache dtype (--kv-cache-dtype), fp8_ds_mla or nvfp4_ds_mla.'),
+    ('block_size', 256, 'int', 'KV block size (--block-size).'),
+    ('max_model_len', MAX_MODEL_LEN_CEILING, 'int', 'Per-request context ceiling (--max-model-len), at most 1048576.'),
+    ('max_num_seqs', RECOMMENDED_MAX_NUM_SEQS, 'int', 'Concurrent sequences (--max-num-seqs); below 6 shrinks the captured graphs.'),
+    ('max_num_batched_tokens', 8192, 'int', 'Prefill tokens per step (--max-num-batched-tokens).'),
+    ('long_prefill_token_threshold', 1024, 'int', 'Long-prefill chunk cap (--long-prefill-token-threshold); 0 lets one prefill starve decode.'),
+    ('enable_chunked_prefill', True, 'bool', '--enable-chunked-prefill (false: --no-enable-chunked-prefill).'),
+    ('async_scheduling', True, 'bool', '--async-scheduling.'),
+    ('enable_prefix_caching', True, 'bool', '--enable-prefix-caching (false: --no-enable-prefix-caching).'),
+    ('gpu_memory_utilization', 0.835, 'float', 'Share of the unified memory vLLM may use (--gpu-memory-utilization), in (0, 0.87].'),
+    ('mtp_num_tokens', MIN_MTP_0731, 'int', 'DSpark draft depth (num_speculative_tokens); at least 5 for the 0731 checkpoint.'),
+    ('draft_sample_method', 'probabilistic', 'str', 'DSpark draft sampling, probabilistic or greedy.'),
+    ('trust_remote_code', True, 'bool', '--trust-remote-code.'),
+    ('tokenizer_mode', 'deepseek_v4', 'str', '--tokenizer-mode; empty leaves it out.'),
+    ('moe_backend', 'flashinfer_b12x', 'str', '--moe-backend; empty leaves it out.'),
+    ('tool_call_parser', 'deepseek_v4', 'str', '--tool-call-parser with --enable-auto-tool-choice; empty leaves both out.'),
+    ('reasoning_parser', 'deepseek_v4', 'str', '--reasoning-parser; empty leaves it out.'),
+    ('default_thinking', 'max', 'str', 'Default thinking (off, low, high, max) -> --default-chat-template-kwargs; empty leaves it out.'),
+    ('generation_config', 'vllm', 'str', '--generation-config; empty leaves it out.'),
+    ('flashinfer_autotune', True, 'bool', '--enable-flashinfer-autotune.'),
+    ('extra_args', [], 'list', 'More vllm serve arguments, appended as given (never --api-key, never a flag set by a knob).'),
+    ('hf_hub_offline', True, 'bool', 'HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE = 1 (set after both caches are complete).'),
+    ('env', {}, 'dict', 'More environment for vLLM, merged over the static recipe environment (never VLLM_API_KEY, never a per-host key).'),
+)
+KNOB_DEFAULTS = dict((KNOB_PREFIX + name, default) for name, default, _kind, _doc in KNOBS)
+
+# Flags the knobs and the topology set: extra_args may not repeat them (argparse keeps the last one, silently).
+OWNED_FLAGS = (
+    '--revision', '--served-model-name', '--host', '--port', '--tensor-parallel-size', '-tp',
+    '--distributed-executor-backend', '--nnodes', '--node-rank', '--master-addr', '--master-port', '--headless',
+    '--kv-cache-dtype', '--block-size', '--max-model-len', '--max-num-seqs', '--max-num-batched-tokens',
+    '--long-prefill-token-threshold', '--max-cudagraph-capture-size', '--gpu-memory-utilization',
+    '--enable-chunked-prefill', '--no-enable-chunked-prefill', '--async-scheduling', '--no-async-scheduling',
+    '--enable-prefix-caching', '--no-enable-prefix-caching', '--speculative-config', '--trust-remote-code',
+    '--tokenizer-mode', '--moe-backend', '--tool-call-parser', '--enable-auto-tool-choice', '--reasoning-parser',
+    '--default-chat-template-kwargs', '--generation-config', '--enable-flashinfer-autotune', '--model',
+)
+SECRET_FLAGS = ('--api-key',)
+
+# Static, non-secret environment of the recipe (seed 004 / MIA .env.dspark.example and compose;
+# platform facts "NIC and fabric"). Values are strings, as in an environment file.
+STATIC_ENV = (
+    ('NCCL_NET', 'IB'),
+    ('NCCL_IB_DISABLE', '0'),
+    ('NCCL_CROSS_NIC', '1'),
+    ('NCCL_CUMEM_ENABLE', '0'),
+    ('NCCL_IGNORE_CPU_AFFINITY', '1'),
+    ('NCCL_NVLS_ENABLE', '0'),
+    ('NCCL_DEBUG', 'WARN'),
+    ('VLLM_USE_BREAKABLE_CUDAGRAPH', '0'),          # seed 004: keep 0; unset enables the slower breakable graphs
+    ('VLLM_PREFIX_CACHE_RETENTION_INTERVAL', '4096'),  # seed 004: issue #26 SWA prefix-cache spacing
+    ('VLLM_ALLOW_LONG_MAX_MODEL_LEN', '1'),         # MIA compose: the 1M ceiling
+    ('HF_HUB_DISABLE_XET', '1'),                    # MIA compose; Xet's shared store leaves dangling links in copies
+    ('PYTORCH_CUDA_ALLOC_CONF', 'expandable_segments:True'),
+)
+
+# Written per host at every start by the nic role's resolver (roce_gids.NCCL_ENV_KEYS + NCCL_AUTO_KEYS):
+# an environment knob may not set them, or a stale value would mask the live GID table.
+PER_HOST_ENV_KEYS = (
+    'NCCL_IB_HCA', 'NCCL_IB_GID_INDEX', 'NCCL_SOCKET_IFNAME', 'GLOO_SOCKET_IFNAME', 'TP_SOCKET_IFNAME', 'VLLM_HOST_IP',
+    'NCCL_IB_ADDR_FAMILY', 'NCCL_IB_ROCE_VERSION_NUM', 'NCCL_IB_ADDR_RANGE',
+)
+SECRET_ENV_KEYS = ('VLLM_API_KEY', 'HF_TOKEN', 'HUGGING_FACE_HUB_TOKEN')
+
+_ENV_NAME_RE = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
+_SHA_RE = re.compile(r'^[0-9a-f]{40}$')
+
+
+class VllmConfigError(ValueError):
+    """A knob or topology value is wrong; the message names the variable, what was found and what was expected."""
+
+
+def _text(value: Any) -> str:
+    return u'%s' % (value,)
+
+
+def _found(value: Any) -> str:
+    """``'6' (str)`` style rendering of a bad value."""
+    if isinstance(value, str):
+        return '%r (str)' % (_text(value),)
+    return '%r (%s)' % (value, type(value).__name__)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_kind(var: str, value: Any, kind: str) -> Any:
+    if kind == 'bool':
+        if not isinstance(value, bool):
+            raise VllmConfigError('%s is %s, expected a boolean (true or false)' % (var, _found(value)))
+        return value
+    if kind == 'int':
+        if not _is_int(value):
+            raise VllmConfigError('%s is %s, expected an integer' % (var, _found(value)))
+        return int(value)
+    if kind == 'float':
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise VllmConfigError('%s is %s, expected a number' % (var, _found(value)))
+        return float(value)
+    if kind in ('str', 'nonempty'):
+        if not isinstance(value, str):
+            raise VllmConfigError('%s is %s, expected a string' % (var, _found(value)))
+        value = _text(value).strip()
+        if kind == 'nonempty' and not value:
+            raise VllmConfigError('%s is empty, expected a non-empty string' % var)
+        return value
+    if kind == 'list':
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+            raise VllmConfigError('%s is %s, expected a list of strings' % (var, _found(value)))
+        for idx, item in enumerate(value):
+            if not isinstance(item, str):
+                raise VllmConfigError('%s[%d] is %s, expected a string' % (var, idx, _found(item)))
+        return [_text(item) for item in value]
+    if kind == 'dict':
+        if not isinstance(value, Mapping):
+            raise VllmConfigError('%s is %s, expected a dict' % (var, _found(value)))
+        return dict(value)
+    raise AssertionError(kind)  # pragma: no cover - table error
+
+
+def _range(var: str, value: Any, low: Optional[float] = None, high: Optional[float] = None, what: str = '') -> None:
+    if (low is not None and value < low) or (high is not None and value > high):
+        if low is not None and high is not None:
+            bounds = 'between %s and %s' % (low, high)
+        elif low is not None:
+            bounds = 'at least %s' % (low,)
+        else:
+            bounds = 'at most %s' % (high,)
+        raise VllmConfigError('%s is %r, expected %s%s' % (var, value, bounds, what))
+
+
+def _is_0731(model: str) -> bool:
+    return '0731' in model
+
+
+def resolve_knobs(knobs: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+    """Validate the ``runtime_vllm_*`` knobs; returns them by short name with defaults applied.
+
+    >>> resolve_knobs({'runtime_vllm_max_num_seqs': 4})['max_num_seqs']
+    4
+    """
+    if knobs is None:
+        knobs = {}
+    if not isinstance(knobs, Mapping):
+        raise VllmConfigError('the vLLM knobs are %s, expected a dict of runtime_vllm_* variables' % _found(knobs))
+    conf = {}  # type: Dict[str, Any]
+    for name, default, kind, _doc in KNOBS:
+        var = KNOB_PREFIX + name
+        value = knobs.get(var, default)
+        if value is None and default is None:
+            conf[name] = None
+            continue
+        conf[name] = _check_kind(var, value, kind)
+
+    p = KNOB_PREFIX
+    _range(p + 'port', conf['port'], 1, 65535)
+    _range(p + 'master_port', conf['master_port'], 1, 65535)
+    if conf['tensor_parallel_size'] is not None:
+        _range(p + 'tensor_parallel_size', conf['tensor_parallel_size'], 1)
+    if conf['kv_cache_dtype'] not in KV_CACHE_DTYPES:
+        raise VllmConfigError('%skv_cache_dtype is %r, expected one of %s (the DeepSeek-V4 sparse-MLA layouts)'
+                              % (p, conf['kv_cache_dtype'], ', '.join(KV_CACHE_DTYPES)))
+    _range(p + 'block_size', conf['block_size'], 1)
+    _range(p + 'max_model_len', conf['max_model_len'], 1, MAX_MODEL_LEN_CEILING, ' (the model\'s 1M-token maximum)')
+    _range(p + 'max_num_seqs', conf['max_num_seqs'], 1)
+    _range(p + 'max_num_batched_tokens', conf['max_num_batched_tokens'], 1)
+    _range(p + 'long_prefill_token_threshold', conf['long_prefill_token_threshold'], 0)
+    util = conf['gpu_memory_utilization']
+    if not 0 < util <= GPU_MEMORY_UTILIZATION_CEILING:
+        raise VllmConfigError('%sgpu_memory_utilization is %r, expected more than 0 and at most %s (a Spark thrashes above '
+                              '~0.87 of its unified memory; the recipe uses 0.835)' % (p, util, GPU_MEMORY_UTILIZATION_CEILING))
+    min_mtp = MIN_MTP_0731 if _is_0731(conf['model']) else 1
+    if conf['mtp_num_tokens'] < min_mtp:
+        if min_mtp == MIN_MTP_0731:
+            raise VllmConfigError('%smtp_num_tokens is %d, expected at least %d for the 0731 checkpoint %s (its dspark_block_size '
+                                  'is %d; fewer truncates the draft blocks)'
+                                  % (p, conf['mtp_num_tokens'], MIN_MTP_0731, conf['model'], MIN_MTP_0731))
+        _range(p + 'mtp_num_tokens', conf['mtp_num_tokens'], 1)
+    if conf['draft_sample_method'] not in DRAFT_SAMPLE_METHODS:
+        raise VllmConfigError('%sdraft_sample_method is %r, expected one of %s'
+                              % (p, conf['draft_sample_method'], ', '.join(DRAFT_SAMPLE_METHODS)))
+    if conf['default_thinking'] and conf['default_thinking'] not in DEFAULT_THINKING:
+        raise VllmConfigError('%sdefault_thinking is %r, expected one of %s (or empty to leave the flag out)'
+                              % (p, conf['default_thinking'], ', '.join(DEFAULT_THINKING)))
+    if conf['max_num_batched_tokens'] < conf['max_num_seqs']:
+        raise VllmConfigError('%smax_num_batched_tokens is %d, expected at least %smax_num_seqs (%d)'
+                              % (p, conf['max_num_batched_tokens'], p, conf['max_num_seqs']))
+    if not conf['enable_chunked_prefill'] and conf['max_num_batched_tokens'] < conf['max_model_len']:
+        raise VllmConfigError('%smax_num_batched_tokens is %d, expected at least %smax_model_len (%d) when %senable_chunked_prefill '
+                              'is false (a prompt must fit one step)'
+                              % (p, conf['max_num_batched_tokens'], p, conf['max_model_len'], p))
+    if conf['revision'] and re.search(r'\s', conf['revision']):
+        raise VllmConfigError('%srevision is %r, expected a commit sha (40 hex digits), a branch or tag name, or empty' % (p, conf['revision']))
+    for idx, arg in enumerate(conf['extra_args']):
+        flag = arg.split('=', 1)[0]
+        if flag in SECRET_FLAGS:
+            raise VllmConfigError('%sextra_args[%d] is %s, expected no API key in argv (it shows in ps and the journal): put it in the '
+                                  'environment file as VLLM_API_KEY' % (p, idx, flag))
+        if flag in OWNED_FLAGS:
+            raise VllmConfigError('%sextra_args[%d] is %r, expected a flag no knob sets (set it with its runtime_vllm_* knob instead)'
+                                  % (p, idx, flag))
+    for key, value in conf['env'].items():
+        where = '%senv.%s' % (p, key)
+        if not isinstance(key, str) or not _ENV_NAME_RE.match(key):
+            raise VllmConfigError('%senv has the key %r, expected environment variable names ([A-Za-z_][A-Za-z0-9_]*)' % (p, key))
+        if key in SECRET_ENV_KEYS:
+            raise VllmConfigError('%s is set, expected secrets only in the service\'s 0600 secret environment file (not in %senv)'
+                                  % (where, p))
+        if key in PER_HOST_ENV_KEYS:
+            raise VllmConfigError('%s is set, expected the per-host fabric values only from the nic resolver (/run/dgxspark/nccl.env, '
+                                  'rewritten at every start from the live GID table)' % where)
+        if isinstance(value, bool):
+            continue
+        if not isinstance(value, (str, int, float)):
+            raise VllmConfigError('%s is %s, expected a string or a number' % (where, _found(value)))
+        if any(c in _text(value) for c in '\r\n\0'):
+            raise VllmConfigError('%s contains a line break or NUL, expected a one-line value' % where)
+    return conf
+
+
+def speculative_config(mtp_num_tokens: int, draft_sample_method: str = 'probabilistic') -> str:
+    """The DSpark ``--speculative-config`` JSON, in seed 004's shape and key order.
+
+    >>> speculative_config(5)
+    '{"method":"dspark","num_speculative_tokens":5,"draft_sample_method":"probabilistic"}'
+    """
+    return json.dumps({'method': 'dspark', 'num_speculative_tokens': int(mtp_num_tokens),
+                       'draft_sample_method': _text(draft_sample_method)}, separators=(',', ':'))
+
+
+def cudagraph_capture_size(max_num_seqs: int, mtp_num_tokens: int) -> int:
+    """``--max-cudagraph-capture-size`` = max_num_seqs x (MTP + 1) (seed 004: 36 at 6 x 5).
+
+    >>> cudagraph_capture_size(6, 5)
+    36
+    """
+    return int(max_num_seqs) * (int(mtp_num_tokens) + 1)
+
+
+def _check_topology(role: Any, node_rank: Any, nnodes: Any, master_addr: Any) -> None:
+    if role not in ('head', 'worker'):
+        raise VllmConfigError('role is %s, expected head or worker' % _found(role))
+    if not _is_int(nnodes):
+        raise VllmConfigError('nnodes is %s, expected an integer (the number of hosts in spark_head + spark_workers)' % _found(nnodes))
+    if nnodes < 2:
+        raise VllmConfigError('nnodes is %d, expected at least 2 (one head and at least one worker)' % nnodes)
+    if not _is_int(node_rank):
+        raise VllmConfigError('node_rank is %s, expected an integer' % _found(node_rank))
+    if role == 'head' and node_rank != 0:
+        raise VllmConfigError('node_rank is %d for the head, expected 0 (the head is rank 0)' % node_rank)
+    if role == 'worker' and not 1 <= node_rank < nnodes:
+        raise VllmConfigError('node_rank is %d for a worker, expected 1..%d (workers in spark_workers order)' % (node_rank, nnodes - 1))
+    try:
+        ipaddress.ip_address(_text(master_addr))
+    except ValueError:
+        raise VllmConfigError('master_addr is %s, expected the head\'s fabric IP address '
+                              '(hostvars[head].dgxspark_fabric_rails[0].ipv4)' % _found(master_addr))
+
+
+def serve_argv(knobs: Optional[Mapping[str, Any]], role: Optional[str] = None, node_rank: Optional[int] = None,
+               nnodes: Optional[int] = None, master_addr: Optional[str] = None,
+               command: Optional[Sequence[str]] = None, topology: Optional[Mapping[str, Any]] = None) -> List[str]:
+    """The argv of ``vllm serve`` for one node.
+
+    ``topology`` (the dict ``topology()`` returns) supplies role, node_rank,
+    nnodes and master_addr when they are not given. ``command`` is what comes
+    before the model: ``['vllm', 'serve']`` by default, a venv path
+    (``['/opt/vllm/bin/vllm', 'serve']``) or ``[]`` for an image whose
+    entrypoint is ``vllm serve``.
+
+    >>> serve_argv({}, 'worker', 1, 2, '192.168.100.1')[:3]
+    ['vllm', 'serve', 'deepseek-ai/DeepSeek-V4-Flash-0731']
+    """
+    topo = dict(topology or {})
+    role = topo.get('role') if role is None else role
+    node_rank = topo.get('node_rank') if node_rank is None else node_rank
+    nnodes = topo.get('nnodes') if nnodes is None else nnodes
+    master_addr = topo.get('master_addr') if master_addr is None else master_addr
+    conf = resolve_knobs(knobs)
+    _check_topology(role, node_rank, nnodes, master_addr)
+    assert isinstance(nnodes, int) and isinstance(node_rank, int)
+    tp = nnodes if conf['tensor_parallel_size'] is None else conf['tensor_parallel_size']
+    if tp != nnodes:
+        raise VllmConfigError('%stensor_parallel_size is %d, expected %d: the number of nodes in the inventory (spark_head + '
+                              'spark_workers), one GB10 GPU each' % (KNOB_PREFIX, tp, nnodes))
+    if command is None:
+        command = ['vllm', 'serve']
+    if isinstance(command, (str, bytes)) or not isinstance(command, (list, tuple)) \
+            or not all(isinstance(c, str) for c in command):
+        raise VllmConfigError('command is %s, expected a list of strings (for example [vllm, serve])' % _found(command))
+
+    argv = [_text(c) for c in command] + [conf['model']]
+    if conf['revision']:
+        argv += ['--revision', conf['revision']]
+    argv += ['--served-model-name', conf['served_model_name'],
+             '--host', conf['host'],
+             '--port', str(conf['port'])]
+    if conf['trust_remote_code']:
+        argv.append('--trust-remote-code')
+    argv += ['--tensor-parallel-size', str(tp),
+             '--distributed-executor-backend', 'mp',
+             '--nnodes', str(nnodes),
+             '--node-rank', str(node_rank),
+             '--master-addr', _text(master_addr),
+             '--master-port', str(conf['master_port'])]
+    if role == 'worker':
+        argv.append('--headless')
+    argv += ['--kv-cache-dtype', conf['kv_cache_dtype'],
+             '--block-size', str(conf['block_size']),
+             '--max-model-len', str(conf['max_model_len']),
+             '--max-num-seqs', str(conf['max_num_seqs']),
+             '--max-num-batched-tokens', str(conf['max_num_batched_tokens']),
+             '--long-prefill-token-threshold', str(conf['long_prefill_token_threshold']),
+             '--max-cudagraph-capture-size', str(cudagraph_capture_size(conf['max_num_seqs'], conf['mtp_num_tokens'])),
+             '--gpu-memory-utilization', repr(conf['gpu_memory_utilization'])]
+    argv.append('--enable-prefix-caching' if conf['enable_prefix_caching'] else '--no-enable-prefix-caching')
+    argv.append('--enable-chunked-prefill' if conf['enable_chunked_prefill'] else '--no-enable-chunked-prefill')
+    if conf['async_scheduling']:
+        argv.append('--async-scheduling')
+    argv += ['--speculative-config', speculative_config(conf['mtp_num_tokens'], conf['draft_sample_method'])]
+    if conf['tokenizer_mode']:
+        argv += ['--tokenizer-mode', conf['tokenizer_mode']]
+    if conf['moe_backend']:
+        argv += ['--moe-backend', conf['moe_backend']]
+    if conf['tool_call_parser']:
+        argv += ['--tool-call-parser', conf['tool_call_parser'], '--enable-auto-tool-choice']
+    if conf['reasoning_parser']:
+        argv += ['--reasoning-parser', conf['reasoning_parser']]
+    if conf['default_thinking']:
+        argv += ['--default-chat-template-kwargs',
+                 json.dumps(DEFAULT_THINKING[conf['default_thinking']], separators=(',', ':'))]
+    if conf['generation_config']:
+        argv += ['--generation-config', conf['generation_config']]
+    if conf['flashinfer_autotune']:
+        argv.append('--enable-flashinfer-autotune')
+    argv += conf['extra_args']
+
+    secret = (knobs or {}).get(KNOB_PREFIX + 'api_key') if isinstance(knobs, Mapping) else None
+    secret = secret.strip() if isinstance(secret, str) else ''
+    if secret and any(arg == secret or (len(secret) >= 8 and secret in arg) for arg in argv):
+        raise VllmConfigError('%sapi_key appears in the vllm serve argv, expected it only in the 0600 environment file '
+                              '(VLLM_API_KEY): check %sextra_args and the other knobs' % (KNOB_PREFIX, KNOB_PREFIX))
+    return argv
+
+
+def serve_warnings(knobs: Optional[Mapping[str, Any]]) -> List[str]:
+    """Settings that start but cost speed or safety (validated like ``serve_argv``); empty when none.
+
+    >>> serve_warnings({}) == []
+    True
+    """
+    conf = resolve_knobs(knobs)
+    p = KNOB_PREFIX
+    warnings = []
+    if conf['max_num_seqs'] < RECOMMENDED_MAX_NUM_SEQS:
+        warnings.append('%smax_num_seqs is %d (below %d): --max-cudagraph-capture-size follows it (%d instead of %d), decode falls '
+                        'off the captured graphs and lost a third of its speed in seed 003 (62.5 -> 46.8 tok/s code). Keep %d even '
+                        'for one user.'
+                        % (p, conf['max_num_seqs'], RECOMMENDED_MAX_NUM_SEQS,
+                           cudagraph_capture_size(conf['max_num_seqs'], conf['mtp_num_tokens']),
+                           cudagraph_capture_size(RECOMMENDED_MAX_NUM_SEQS, conf['mtp_num_tokens']), RECOMMENDED_MAX_NUM_SEQS))
+    if conf['long_prefill_token_threshold'] == 0:
+        warnings.append('%slong_prefill_token_threshold is 0: one long prefill can take the whole batch and starve decode '
+                        '(seed 004, issue #27); the recipe uses 1024' % p)
+    if conf['revision'] and not _SHA_RE.match(conf['revision']):
+        warnings.append('%srevision is %r, not a commit sha: the checkpoint can change under the same name; pin the 40-hex commit'
+                        % (p, conf['revision']))
+    if not conf['revision'] and not conf['model'].startswith('/'):
+        warnings.append('%srevision is empty: vLLM serves whatever refs/main points to in the HF cache; pin the commit' % p)
+    if not conf['hf_hub_offline']:
+        warnings.append('%shf_hub_offline is false: a hub retry at start can re-fetch the checkpoint and fill the disk; set it '
+                        'true once both caches are complete' % p)
+    return warnings
+
+
+def serve_env(knobs: Optional[Mapping[str, Any]]) -> Dict[str, str]:
+    """The static, non-secret environment of ``vllm serve`` (string values), ``runtime_vllm_env`` merged last.
+
+    >>> serve_env({})['NCCL_NET'], serve_env({})['HF_HUB_OFFLINE']
+    ('IB', '1')
+    """
+    conf = resolve_knobs(knobs)
+    env = dict(STATIC_ENV)
+    offline = '1' if conf['hf_hub_offline'] else '0'
+    env['HF_HUB_OFFLINE'] = offline
+    env['TRANSFORMERS_OFFLINE'] = offline
+    for key, value in conf['env'].items():
+        if isinstance(value, bool):
+            env[_text(key)] = '1' if value else '0'
+        else:
+            env[_text(key)] = _text(value)
+    return env
+
+
+def topology(groups: Mapping[str, Any], hostvars: Mapping[str, Any], host: str,
+             head_group: str = 'spark_head', worker_group: str = 'spark_workers') -> Dict[str, Any]:
+    """A host's place in the cluster: role, node_rank, nnodes, master_addr, head and the hosts in rank order.
+
+    The head is the first host of ``head_group`` (rank 0); workers are ranks
+    1..N in the order of ``worker_group``; master_addr is the head's first
+    fabric rail address (``hostvars[head].dgxspark_fabric_rails[0].ipv4``).
+
+    >>> topology({'spark_head': ['h'], 'spark_workers': ['w']},
+    ...          {'h': {'dgxspark_fabric_rails': [{'netdev': 'enp1s0f1np1', 'ipv4': '192.168.100.1'}]}}, 'w')['node_rank']
+    1
+    """
+    if not isinstance(groups, Mapping):
+        raise VllmConfigError('groups is %s, expected the groups magic variable (a dict)' % _found(groups))
+    heads = list(groups.get(head_group) or [])
+    workers = [h for h in (groups.get(worker_group) or []) if h not in heads]
+    if len(heads) != 1:
+        raise VllmConfigError('%s: group %s has %d hosts (%s), expected exactly one head'
+                              % (host, head_group, len(heads), ', '.join(heads) or 'none'))
+    if not workers:
+        raise VllmConfigError('%s: group %s has no hosts, expected at least one worker' % (host, worker_group))
+    ranks = heads + workers
+    if host not in ranks:
+        raise VllmConfigError('%s: is in neither %s nor %s, expected a serving node of one of them' % (host, head_group, worker_group))
+    head = heads[0]
+    hvars = hostvars[head] if head in hostvars else {}
+    rails = hvars.get('dgxspark_fabric_rails') if isinstance(hvars, Mapping) else None
+    addr = None
+    if isinstance(rails, (list, tuple)) and rails and isinstance(rails[0], Mapping):
+        addr = rails[0].get('ipv4')
+    try:
+        ipaddress.ip_address(_text(addr))
+    except ValueError:
+        raise VllmConfigError('%s: hostvars[%s].dgxspark_fabric_rails[0].ipv4 is %s, expected the head\'s fabric IPv4 address '
+                              '(the vLLM rendezvous, --master-addr)' % (host, head, _found(addr)))
+    rank = ranks.index(host)
+    return {'role': 'head' if rank == 0 else 'worker', 'node_rank': rank, 'nnodes': len(ranks),
+            'master_addr': _text(addr), 'head': head, 'hosts': ranks}

@@ -2,7 +2,7 @@
 # ansible-test sanity on the collection. ansible-test wants the collection at
 # .../ansible_collections/<namespace>/<name> and sees only git-tracked files, so
 # this copies the tracked files (less the collections/ self-link) into such a
-# tree under .cache/ and runs there. sim/ is left out: it is the test rig, not
+# tree under .cache/ and runs there. sim/ and molecule/ are left out: the test rig, not
 # part of the built collection (galaxy.yml build_ignore), and its stand-ins keep
 # the interpreters of the tools they replace.
 # Its venvs bootstrap pip from a cached get-pip script that only calls
@@ -12,7 +12,7 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 tree=$repo/.cache/sanity/ansible_collections/dgxspark/cluster
 rm -rf "$repo/.cache/sanity"
 mkdir -p "$tree"
-(cd "$repo" && git ls-files -z --cached --others --exclude-standard | grep -zvE '^(collections|sim)/' \
+(cd "$repo" && git ls-files -z --cached --others --exclude-standard | grep -zvE '^(collections|sim|molecule)/' \
   | while IFS= read -r -d '' f; do
       if [ -e "$f" ] || [ -L "$f" ]; then cp -P --parents "$f" "$tree/"; fi
     done)

@@ -52,7 +52,7 @@ def apply_power_on(state: dict[str, Any]) -> list[str]:
     if boot_info["count"] == 1:
         return ["first boot: hardware state as created"]
     rng = random.Random("%s-%s-%s" % (state.get("hostname"), boot_info.get("seed", 0), boot_info["count"]))
-    return rdma.apply_boot(state, rng) + gpu.apply_boot(state)
+    return rdma.apply_boot(state, rng) + gpu.apply_boot(state) + gpu.apply_driver_install(state)
 
 
 def _ip_json(*args: str) -> list[dict[str, Any]]:

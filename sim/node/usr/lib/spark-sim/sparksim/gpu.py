@@ -21,7 +21,14 @@ Forms the stand-in answers (all output on stdout, as nvidia-smi does)::
 
 Exit codes follow nvidia-smi(1): 0 success, 2 invalid argument or flag, 3 not
 available on the target device, 4 insufficient permission, 6 object not found,
-9 driver not loaded.
+9 driver not loaded, 18 driver/library version mismatch (NVML_ERROR_LIB_RM_VERSION_MISMATCH).
+
+The driver packages of the sim's NVIDIA repo (sim/apt-repo) record the
+installed userspace version in /var/lib/spark-sim/driver-userspace-version;
+the loaded kernel module (``driver_version``, shown in the stand-in
+/proc/driver/nvidia/version under /var/lib/spark-sim/proc) follows it only at
+the next boot (``apply_driver_install``). While they differ every form but -h
+fails as the real one does after an upgrade without a reboot.
 
 Environment: SPARK_SIM_STATE (state file), SPARK_SIM_NOW (pins the clock the
 date line and the -q Timestamp show: ``2025-10-03T23:16:52``, ``2025-10-03
@@ -52,6 +59,7 @@ EXIT_NOT_AVAILABLE = 3
 EXIT_NO_PERMISSION = 4
 EXIT_NOT_FOUND = 6
 EXIT_DRIVER_NOT_LOADED = 9
+EXIT_LIB_RM_VERSION_MISMATCH = 18
 
 MSG_INVALID_COMBINATION = "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help."
 MSG_TERMINATING = "Terminating early due to previous errors."
@@ -60,6 +68,10 @@ MSG_DRIVER_NOT_LOADED = (
     "Make sure that the latest NVIDIA driver is installed and running."
 )
 MSG_NO_DEVICES = "No devices were found"
+MSG_VERSION_MISMATCH = "Failed to initialize NVML: Driver/library version mismatch"
+
+USERSPACE_VERSION_FILE = "/var/lib/spark-sim/driver-userspace-version"  # written by libnvidia-compute-* postinst
+DEFAULT_PROC_ROOT = "/var/lib/spark-sim/proc"                          # the stand-in /proc (driver/nvidia/version)
 
 # Clock event reason bits (nvml.h nvmlClocksEventReason*), in the order -q prints them.
 EVENT_REASONS: list[tuple[str, int, str, int]] = [
@@ -170,6 +182,74 @@ def apply_boot(state: dict[str, Any]) -> list[str]:
     if bool(gpu.get("persistence_mode", True)) != at_boot:
         lines.append("gpu: persistence mode %s at boot" % ("enabled" if at_boot else "disabled"))
     gpu["persistence_mode"] = at_boot
+    return lines
+
+
+def installed_userspace_version(path: str | None = None) -> str | None:
+    """The userspace driver the packages installed (SPARK_SIM_DRIVER_USERSPACE overrides the file), None if none."""
+    target = path or os.environ.get("SPARK_SIM_DRIVER_USERSPACE", USERSPACE_VERSION_FILE)
+    try:
+        with open(target, encoding="utf-8") as handle:
+            return handle.read().strip() or None
+    except OSError:
+        return None
+
+
+def proc_root(state: dict[str, Any] | None = None) -> str:
+    """SPARK_SIM_PROC, else the state's proc_root, else /var/lib/spark-sim/proc."""
+    return os.environ.get("SPARK_SIM_PROC") or (state or {}).get("proc_root") or DEFAULT_PROC_ROOT
+
+
+def proc_version_text(driver_version: str) -> str:
+    """/proc/driver/nvidia/version of the open kernel module on a GB10 (aarch64)::
+
+        NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  580.173.02  Release Build  (dvs-builder@...)  <date>
+        GCC version:  gcc version 13.3.0 (Ubuntu 13.3.0-6ubuntu2~24.04)
+    """
+    return ("NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  %s  Release Build  "
+            "(dvs-builder@U22-I3-AE18-23-3)  Thu Jun 18 08:51:36 UTC 2026\n"
+            "GCC version:  gcc version 13.3.0 (Ubuntu 13.3.0-6ubuntu2~24.04) \n" % driver_version)
+
+
+def write_proc(state: dict[str, Any], root: str | None = None) -> None:
+    """(Re)write the stand-in /proc/driver/nvidia/version from the loaded driver; none when not loaded."""
+    gpu = state.get("gpu")
+    path = os.path.join(root or proc_root(state), "driver", "nvidia", "version")
+    if not isinstance(gpu, dict) or not gpu.get("driver_loaded", True):
+        if os.path.exists(path):
+            os.unlink(path)
+        return
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(proc_version_text(str(gpu.get("driver_version", DEFAULT_DRIVER_VERSION))))
+
+
+def apply_driver_install(state: dict[str, Any], userspace_file: str | None = None,
+                         root: str | None = None) -> list[str]:
+    """At power-on the kernel module of the installed driver packages loads; returns what changed.
+
+    No driver installed (no userspace version file): no module, nvidia-smi fails
+    as without a driver. Called by boot.apply_power_on at every reboot and by
+    spark-sim when it creates a node (after installing what the node ships with)::
+
+        ["gpu: NVIDIA kernel module 580.173.02 loaded (was 580.159.03)"]
+    """
+    gpu = state.get("gpu")
+    if not isinstance(gpu, dict):
+        return []
+    lines: list[str] = []
+    installed = installed_userspace_version(userspace_file)
+    before = str(gpu.get("driver_version")) if gpu.get("driver_loaded", True) else None
+    if installed is None:
+        if before is not None:
+            lines.append("gpu: no NVIDIA driver installed: no kernel module loaded (was %s)" % before)
+        gpu["driver_loaded"] = False
+    else:
+        if before != installed:
+            lines.append("gpu: NVIDIA kernel module %s loaded (was %s)" % (installed, before or "none"))
+        gpu["driver_version"] = installed
+        gpu["driver_loaded"] = True
+    write_proc(state, root)
     return lines
 
 
@@ -1112,6 +1192,10 @@ def run(options: dict[str, Any], state: dict[str, Any] | None, out: TextIO,
     if not isinstance(gpu, dict) or not gpu.get("driver_loaded", True):
         out.write(MSG_DRIVER_NOT_LOADED + "\n")
         return EXIT_DRIVER_NOT_LOADED, False
+    userspace = installed_userspace_version()
+    if userspace and userspace != str(gpu.get("driver_version", DEFAULT_DRIVER_VERSION)):
+        out.write("%s\nNVML library version: %s\n" % (MSG_VERSION_MISMATCH, nvml_version(userspace)))
+        return EXIT_LIB_RM_VERSION_MISMATCH, False
     if action == "version":
         out.write(render_version(gpu))
         return EXIT_OK, False

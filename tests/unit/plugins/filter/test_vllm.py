@@ -1,0 +1,482 @@
+# -*- coding: utf-8 -*-
+"""vllm_serve_argv / vllm_serve_warnings / vllm_serve_env / vllm_topology.
+
+The seed 004 command for head and worker, one case per validation rule (each
+asserting the message names the variable, what was found and what was
+expected), the max_num_seqs warning, and that no secret reaches argv."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.dgxspark.cluster.plugins.filter.vllm import FilterModule
+from ansible_collections.dgxspark.cluster.plugins.module_utils import roce_gids
+from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_cmd import (
+    KNOB_DEFAULTS, KNOBS, PER_HOST_ENV_KEYS, VllmConfigError, cudagraph_capture_size, serve_argv, serve_env,
+    serve_warnings, speculative_config, topology)
+
+REPO = Path(__file__).resolve().parents[4]
+FILTERS = FilterModule().filters()
+HEAD_IP = '192.168.100.1'
+SECRET = 'sk-dgxspark-test-0123456789abcdef'
+
+# Seed 004 "Runtime flags" + the MIA compose's serve line, with the 0731 defaults
+# (.env.dspark switches): TP=2, mp, nnodes 2, nvfp4_ds_mla, block 256, 1M, 6 seqs,
+# 8192 batched, 1024 long-prefill cap, capture 6 x (5 + 1) = 36, util 0.835, DSpark k=5.
+SEED_HEAD = (
+    "vllm serve deepseek-ai/DeepSeek-V4-Flash-0731 --revision 9e165c30e2704aec5d9d593cce3eebd58bbef1cb "
+    "--served-model-name deepseek-v4-flash-0731 --host 0.0.0.0 --port 8888 --trust-remote-code "
+    "--tensor-parallel-size 2 --distributed-executor-backend mp --nnodes 2 --node-rank 0 "
+    "--master-addr 192.168.100.1 --master-port 25000 "
+    "--kv-cache-dtype nvfp4_ds_mla --block-size 256 --max-model-len 1048576 --max-num-seqs 6 "
+    "--max-num-batched-tokens 8192 --long-prefill-token-threshold 1024 --max-cudagraph-capture-size 36 "
+    "--gpu-memory-utilization 0.835 --enable-prefix-caching --enable-chunked-prefill --async-scheduling "
+    "--speculative-config '{\"method\":\"dspark\",\"num_speculative_tokens\":5,\"draft_sample_method\":\"probabilistic\"}' "
+    "--tokenizer-mode deepseek_v4 --moe-backend flashinfer_b12x --tool-call-parser deepseek_v4 --enable-auto-tool-choice "
+    "--reasoning-parser deepseek_v4 --default-chat-template-kwargs '{\"thinking\":true,\"reasoning_effort\":\"max\"}' "
+    "--generation-config vllm --enable-flashinfer-autotune"
+)
+SEED_WORKER = SEED_HEAD.replace("--node-rank 0 ", "--node-rank 1 ").replace("--master-port 25000 ", "--master-port 25000 --headless ")
+
+PAIR_GROUPS = {'spark_head': ['spark-head'], 'spark_workers': ['spark-worker']}
+PAIR_HOSTVARS = {
+    'spark-head': {'dgxspark_fabric_rails': [{'netdev': 'enp1s0f1np1', 'ipv4': HEAD_IP}]},
+    'spark-worker': {'dgxspark_fabric_rails': [{'netdev': 'enp1s0f1np1', 'ipv4': '192.168.100.2'}]},
+}
+
+
+def head(knobs=None, **kw):
+    return serve_argv(knobs or {}, 'head', 0, 2, HEAD_IP, **kw)
+
+
+def worker(knobs=None, **kw):
+    return serve_argv(knobs or {}, 'worker', 1, 2, HEAD_IP, **kw)
+
+
+def flag(argv, name):
+    return argv[argv.index(name) + 1]
+
+
+# ---------------------------------------------------------------------------- the seed's command
+
+def test_head_reproduces_the_seed_command():
+    assert head() == shlex.split(SEED_HEAD)
+
+
+def test_worker_reproduces_the_seed_command():
+    assert worker() == shlex.split(SEED_WORKER)
+
+
+def test_head_and_worker_differ_only_in_rank_and_headless():
+    h, w = head(), worker()
+    assert '--headless' not in h and w.count('--headless') == 1
+    assert [a for a in w if a != '--headless'] == [a if i != h.index('--node-rank') + 1 else '1' for i, a in enumerate(h)]
+
+
+def test_the_speculative_config_is_seed_004s_json():
+    spec = json.loads(flag(head(), '--speculative-config'))
+    assert spec == {'method': 'dspark', 'num_speculative_tokens': 5, 'draft_sample_method': 'probabilistic'}
+    assert list(spec) == ['method', 'num_speculative_tokens', 'draft_sample_method']
+    assert speculative_config(7, 'greedy') == '{"method":"dspark","num_speculative_tokens":7,"draft_sample_method":"greedy"}'
+
+
+@pytest.mark.parametrize('seqs,mtp,size', [(6, 5, 36), (4, 5, 24), (2, 3, 8), (16, 6, 112)])
+def test_capture_size_is_seqs_times_mtp_plus_one(seqs, mtp, size):
+    assert cudagraph_capture_size(seqs, mtp) == size
+    argv = head({'runtime_vllm_max_num_seqs': seqs, 'runtime_vllm_mtp_num_tokens': mtp, 'runtime_vllm_max_num_batched_tokens': 8192})
+    assert flag(argv, '--max-cudagraph-capture-size') == str(size)
+    assert json.loads(flag(argv, '--speculative-config'))['num_speculative_tokens'] == mtp
+
+
+def test_knobs_reach_their_flags():
+    argv = head({'runtime_vllm_port': 9000, 'runtime_vllm_host': '127.0.0.1', 'runtime_vllm_master_port': 29500,
+                 'runtime_vllm_gpu_memory_utilization': 0.87, 'runtime_vllm_kv_cache_dtype': 'fp8_ds_mla',
+                 'runtime_vllm_max_model_len': 200000, 'runtime_vllm_max_num_batched_tokens': 16384,
+                 'runtime_vllm_served_model_name': 'ds4', 'runtime_vllm_default_thinking': 'off',
+                 'runtime_vllm_model': '/srv/models/DeepSeek-V4-Flash-0731', 'runtime_vllm_revision': ''})
+    assert argv[2] == '/srv/models/DeepSeek-V4-Flash-0731' and '--revision' not in argv
+    assert flag(argv, '--port') == '9000' and flag(argv, '--host') == '127.0.0.1' and flag(argv, '--master-port') == '29500'
+    assert flag(argv, '--gpu-memory-utilization') == '0.87' and flag(argv, '--kv-cache-dtype') == 'fp8_ds_mla'
+    assert flag(argv, '--max-model-len') == '200000' and flag(argv, '--max-num-batched-tokens') == '16384'
+    assert flag(argv, '--served-model-name') == 'ds4'
+    assert flag(argv, '--default-chat-template-kwargs') == '{"thinking":false}'
+
+
+def test_switches_off():
+    argv = head({'runtime_vllm_enable_chunked_prefill': False, 'runtime_vllm_max_num_batched_tokens': 1048576,
+                 'runtime_vllm_async_scheduling': False, 'runtime_vllm_enable_prefix_caching': False,
+                 'runtime_vllm_trust_remote_code': False, 'runtime_vllm_flashinfer_autotune': False,
+                 'runtime_vllm_tokenizer_mode': '', 'runtime_vllm_moe_backend': '', 'runtime_vllm_tool_call_parser': '',
+                 'runtime_vllm_reasoning_parser': '', 'runtime_vllm_default_thinking': '', 'runtime_vllm_generation_config': ''})
+    assert '--no-enable-chunked-prefill' in argv and '--no-enable-prefix-caching' in argv
+    for gone in ('--enable-chunked-prefill', '--async-scheduling', '--enable-prefix-caching', '--trust-remote-code',
+                 '--enable-flashinfer-autotune', '--tokenizer-mode', '--moe-backend', '--tool-call-parser',
+                 '--enable-auto-tool-choice', '--reasoning-parser', '--default-chat-template-kwargs', '--generation-config'):
+        assert gone not in argv
+
+
+def test_command_prefix_for_venv_and_container():
+    assert head(command=['/opt/dgxspark/vllm/bin/vllm', 'serve'])[:3] == [
+        '/opt/dgxspark/vllm/bin/vllm', 'serve', 'deepseek-ai/DeepSeek-V4-Flash-0731']
+    container = worker(command=[])
+    assert container == shlex.split(SEED_WORKER)[2:]
+
+
+def test_extra_args_are_appended():
+    argv = head({'runtime_vllm_extra_args': ['--enable-prompt-tokens-details', '--seed', '0']})
+    assert argv[-3:] == ['--enable-prompt-tokens-details', '--seed', '0']
+
+
+def test_unknown_keys_are_ignored():
+    assert head({'runtime_vllm_venv_path': '/opt/x', 'unrelated': 1}) == shlex.split(SEED_HEAD)
+
+
+def test_argv_is_plain_strings():
+    assert all(type(a) is str for a in head() + worker())
+
+
+# ---------------------------------------------------------------------------- topology
+
+def test_topology_of_the_pair():
+    assert topology(PAIR_GROUPS, PAIR_HOSTVARS, 'spark-head') == {
+        'role': 'head', 'node_rank': 0, 'nnodes': 2, 'master_addr': HEAD_IP, 'head': 'spark-head',
+        'hosts': ['spark-head', 'spark-worker']}
+    topo = topology(PAIR_GROUPS, PAIR_HOSTVARS, 'spark-worker')
+    assert (topo['role'], topo['node_rank'], topo['nnodes'], topo['master_addr']) == ('worker', 1, 2, HEAD_IP)
+    assert serve_argv({}, topology=topo) == shlex.split(SEED_WORKER)
+    assert serve_argv({}, topology=topology(PAIR_GROUPS, PAIR_HOSTVARS, 'spark-head')) == shlex.split(SEED_HEAD)
+
+
+def test_workers_are_ranked_in_inventory_order_and_tp_follows():
+    groups = {'spark_head': ['h'], 'spark_workers': ['w2', 'w1', 'w3']}
+    hostvars = {'h': PAIR_HOSTVARS['spark-head']}
+    ranks = {h: topology(groups, hostvars, h)['node_rank'] for h in ('h', 'w2', 'w1', 'w3')}
+    assert ranks == {'h': 0, 'w2': 1, 'w1': 2, 'w3': 3}
+    argv = serve_argv({}, topology=topology(groups, hostvars, 'w3'))
+    assert flag(argv, '--tensor-parallel-size') == '4' and flag(argv, '--nnodes') == '4' and flag(argv, '--node-rank') == '3'
+
+
+TOPOLOGY_CASES = [
+    ('two-heads', {'spark_head': ['a', 'b'], 'spark_workers': ['w']}, PAIR_HOSTVARS, 'w',
+     'w: group spark_head has 2 hosts (a, b), expected exactly one head'),
+    ('no-worker', {'spark_head': ['spark-head'], 'spark_workers': []}, PAIR_HOSTVARS, 'spark-head',
+     'spark-head: group spark_workers has no hosts, expected at least one worker'),
+    ('not-a-node', PAIR_GROUPS, PAIR_HOSTVARS, 'laptop',
+     'laptop: is in neither spark_head nor spark_workers, expected a serving node'),
+    ('head-without-rails', PAIR_GROUPS, {'spark-head': {}}, 'spark-worker',
+     "spark-worker: hostvars[spark-head].dgxspark_fabric_rails[0].ipv4 is None (NoneType), expected the head's fabric IPv4 address"),
+    ('head-bad-address', PAIR_GROUPS, {'spark-head': {'dgxspark_fabric_rails': [{'netdev': 'x', 'ipv4': '192.168.100.300'}]}},
+     'spark-worker', "dgxspark_fabric_rails[0].ipv4 is '192.168.100.300' (str), expected the head's fabric IPv4 address"),
+]
+
+
+@pytest.mark.parametrize('groups,hostvars,host,message', [c[1:] for c in TOPOLOGY_CASES], ids=[c[0] for c in TOPOLOGY_CASES])
+def test_topology_errors_name_the_host_and_variable(groups, hostvars, host, message):
+    with pytest.raises(VllmConfigError) as err:
+        topology(groups, hostvars, host)
+    assert message in str(err.value)
+
+
+ARGV_TOPOLOGY_CASES = [
+    ('bad-role', ('rank0', 0, 2, HEAD_IP), "role is 'rank0' (str), expected head or worker"),
+    ('head-not-rank-0', ('head', 1, 2, HEAD_IP), 'node_rank is 1 for the head, expected 0'),
+    ('worker-rank-0', ('worker', 0, 2, HEAD_IP), 'node_rank is 0 for a worker, expected 1..1'),
+    ('worker-rank-too-high', ('worker', 2, 2, HEAD_IP), 'node_rank is 2 for a worker, expected 1..1'),
+    ('rank-a-string', ('worker', '1', 2, HEAD_IP), "node_rank is '1' (str), expected an integer"),
+    ('one-node', ('head', 0, 1, HEAD_IP), 'nnodes is 1, expected at least 2'),
+    ('nnodes-a-string', ('head', 0, '2', HEAD_IP), "nnodes is '2' (str), expected an integer"),
+    ('master-a-hostname', ('worker', 1, 2, 'spark-head'), "master_addr is 'spark-head' (str), expected the head's fabric IP address"),
+    ('master-missing', ('worker', 1, 2, None), 'master_addr is None (NoneType), expected'),
+]
+
+
+@pytest.mark.parametrize('args,message', [c[1:] for c in ARGV_TOPOLOGY_CASES], ids=[c[0] for c in ARGV_TOPOLOGY_CASES])
+def test_bad_topology_arguments(args, message):
+    with pytest.raises(VllmConfigError) as err:
+        serve_argv({}, *args)
+    assert message in str(err.value)
+
+
+def test_tensor_parallel_size_must_equal_the_node_count():
+    assert flag(head({'runtime_vllm_tensor_parallel_size': 2}), '--tensor-parallel-size') == '2'
+    with pytest.raises(VllmConfigError) as err:
+        head({'runtime_vllm_tensor_parallel_size': 4})
+    assert 'runtime_vllm_tensor_parallel_size is 4, expected 2: the number of nodes in the inventory' in str(err.value)
+
+
+# ---------------------------------------------------------------------------- validation rows
+
+BAD_KNOBS = [
+    # MTP >= 5 for the 0731 checkpoint
+    ('mtp-4-on-0731', {'runtime_vllm_mtp_num_tokens': 4},
+     'runtime_vllm_mtp_num_tokens is 4, expected at least 5 for the 0731 checkpoint deepseek-ai/DeepSeek-V4-Flash-0731'),
+    ('mtp-3-on-0731-local-dir', {'runtime_vllm_mtp_num_tokens': 3, 'runtime_vllm_model': '/models/DeepSeek-V4-Flash-0731'},
+     'runtime_vllm_mtp_num_tokens is 3, expected at least 5 for the 0731 checkpoint'),
+    ('mtp-0-other-model', {'runtime_vllm_mtp_num_tokens': 0, 'runtime_vllm_model': 'deepseek-ai/DeepSeek-V4-Flash-DSpark'},
+     'runtime_vllm_mtp_num_tokens is 0, expected at least 1'),
+    ('mtp-a-string', {'runtime_vllm_mtp_num_tokens': '5'}, "runtime_vllm_mtp_num_tokens is '5' (str), expected an integer"),
+    # utilization in (0, 0.87]
+    ('util-0', {'runtime_vllm_gpu_memory_utilization': 0}, 'runtime_vllm_gpu_memory_utilization is 0.0, expected more than 0 and at most 0.87'),
+    ('util-negative', {'runtime_vllm_gpu_memory_utilization': -0.5}, 'runtime_vllm_gpu_memory_utilization is -0.5, expected more than 0'),
+    ('util-0.88', {'runtime_vllm_gpu_memory_utilization': 0.88}, 'runtime_vllm_gpu_memory_utilization is 0.88, expected more than 0 and at most 0.87'),
+    ('util-1', {'runtime_vllm_gpu_memory_utilization': 1}, 'runtime_vllm_gpu_memory_utilization is 1.0, expected more than 0 and at most 0.87'),
+    ('util-a-string', {'runtime_vllm_gpu_memory_utilization': '0.835'},
+     "runtime_vllm_gpu_memory_utilization is '0.835' (str), expected a number"),
+    ('util-a-bool', {'runtime_vllm_gpu_memory_utilization': True}, 'runtime_vllm_gpu_memory_utilization is True (bool), expected a number'),
+    # max_model_len <= 1,048,576
+    ('len-over-1m', {'runtime_vllm_max_model_len': 1048577}, 'runtime_vllm_max_model_len is 1048577, expected between 1 and 1048576'),
+    ('len-0', {'runtime_vllm_max_model_len': 0}, 'runtime_vllm_max_model_len is 0, expected between 1 and 1048576'),
+    ('len-a-string', {'runtime_vllm_max_model_len': '1M'}, "runtime_vllm_max_model_len is '1M' (str), expected an integer"),
+    # kv dtype
+    ('kv-fp8', {'runtime_vllm_kv_cache_dtype': 'fp8'}, "runtime_vllm_kv_cache_dtype is 'fp8', expected one of fp8_ds_mla, nvfp4_ds_mla"),
+    ('kv-auto', {'runtime_vllm_kv_cache_dtype': 'auto'}, "runtime_vllm_kv_cache_dtype is 'auto', expected one of fp8_ds_mla, nvfp4_ds_mla"),
+    ('kv-not-a-string', {'runtime_vllm_kv_cache_dtype': None}, 'runtime_vllm_kv_cache_dtype is None (NoneType), expected a string'),
+    # other ranges and choices
+    ('port-0', {'runtime_vllm_port': 0}, 'runtime_vllm_port is 0, expected between 1 and 65535'),
+    ('master-port-70000', {'runtime_vllm_master_port': 70000}, 'runtime_vllm_master_port is 70000, expected between 1 and 65535'),
+    ('seqs-0', {'runtime_vllm_max_num_seqs': 0}, 'runtime_vllm_max_num_seqs is 0, expected at least 1'),
+    ('batched-below-seqs', {'runtime_vllm_max_num_batched_tokens': 4},
+     'runtime_vllm_max_num_batched_tokens is 4, expected at least runtime_vllm_max_num_seqs (6)'),
+    ('no-chunked-prefill-small-batch', {'runtime_vllm_enable_chunked_prefill': False},
+     'runtime_vllm_max_num_batched_tokens is 8192, expected at least runtime_vllm_max_model_len (1048576) when '
+     'runtime_vllm_enable_chunked_prefill is false'),
+    ('long-prefill-negative', {'runtime_vllm_long_prefill_token_threshold': -1},
+     'runtime_vllm_long_prefill_token_threshold is -1, expected at least 0'),
+    ('block-0', {'runtime_vllm_block_size': 0}, 'runtime_vllm_block_size is 0, expected at least 1'),
+    ('draft-method', {'runtime_vllm_draft_sample_method': 'typical'},
+     "runtime_vllm_draft_sample_method is 'typical', expected one of probabilistic, greedy"),
+    ('thinking', {'runtime_vllm_default_thinking': 'medium'},
+     "runtime_vllm_default_thinking is 'medium', expected one of off, low, high, max"),
+    ('model-empty', {'runtime_vllm_model': ' '}, 'runtime_vllm_model is empty, expected a non-empty string'),
+    ('served-name-empty', {'runtime_vllm_served_model_name': ''}, 'runtime_vllm_served_model_name is empty'),
+    ('revision-with-space', {'runtime_vllm_revision': 'main branch'}, "runtime_vllm_revision is 'main branch', expected a commit sha"),
+    ('tp-a-string', {'runtime_vllm_tensor_parallel_size': '2'}, "runtime_vllm_tensor_parallel_size is '2' (str), expected an integer"),
+    # extra args
+    ('extra-args-a-string', {'runtime_vllm_extra_args': '--seed 0'}, "runtime_vllm_extra_args is '--seed 0' (str), expected a list of strings"),
+    ('extra-args-an-int', {'runtime_vllm_extra_args': ['--seed', 0]}, 'runtime_vllm_extra_args[1] is 0 (int), expected a string'),
+    ('extra-args-api-key', {'runtime_vllm_extra_args': ['--api-key', 'x']},
+     'runtime_vllm_extra_args[0] is --api-key, expected no API key in argv'),
+    ('extra-args-api-key-equals', {'runtime_vllm_extra_args': ['--api-key=x']},
+     'runtime_vllm_extra_args[0] is --api-key, expected no API key in argv'),
+    ('extra-args-owned-flag', {'runtime_vllm_extra_args': ['--max-num-seqs', '2']},
+     "runtime_vllm_extra_args[0] is '--max-num-seqs', expected a flag no knob sets"),
+    # environment
+    ('env-not-a-dict', {'runtime_vllm_env': ['A=1']}, "runtime_vllm_env is ['A=1'] (list), expected a dict"),
+    ('env-api-key', {'runtime_vllm_env': {'VLLM_API_KEY': 'x'}}, "runtime_vllm_env.VLLM_API_KEY is set, expected secrets only in the service's"),
+    ('env-gid-index', {'runtime_vllm_env': {'NCCL_IB_GID_INDEX': '3'}},
+     'runtime_vllm_env.NCCL_IB_GID_INDEX is set, expected the per-host fabric values only from the nic resolver'),
+    ('env-hca', {'runtime_vllm_env': {'NCCL_IB_HCA': '=rocep1s0f1'}}, 'runtime_vllm_env.NCCL_IB_HCA is set, expected the per-host'),
+    ('env-bad-name', {'runtime_vllm_env': {'BAD-NAME': '1'}}, "runtime_vllm_env has the key 'BAD-NAME', expected environment variable names"),
+    ('env-nested', {'runtime_vllm_env': {'A': {'b': 1}}}, "runtime_vllm_env.A is {'b': 1} (dict), expected a string or a number"),
+    ('env-newline', {'runtime_vllm_env': {'A': 'x\ny'}}, 'runtime_vllm_env.A contains a line break or NUL'),
+    ('knobs-not-a-dict', ['runtime_vllm_model'], "the vLLM knobs are ['runtime_vllm_model'] (list), expected a dict"),
+]
+
+
+@pytest.mark.parametrize('knobs,message', [c[1:] for c in BAD_KNOBS], ids=[c[0] for c in BAD_KNOBS])
+def test_bad_knob_is_named(knobs, message):
+    for func in (lambda k: head(k) if isinstance(k, dict) else serve_argv(k, 'head', 0, 2, HEAD_IP), serve_warnings, serve_env):
+        with pytest.raises(VllmConfigError) as err:
+            func(knobs)
+        assert message in str(err.value), (message, str(err.value))
+
+
+BOOL_KNOBS = [name for name, _d, kind, _doc in KNOBS if kind == 'bool']
+INT_KNOBS = [name for name, _d, kind, _doc in KNOBS if kind == 'int']
+
+
+@pytest.mark.parametrize('name', BOOL_KNOBS)
+@pytest.mark.parametrize('value', ['true', 'yes', 1, 0, None])
+def test_booleans_must_be_booleans(name, value):
+    with pytest.raises(VllmConfigError) as err:
+        head({'runtime_vllm_' + name: value})
+    assert 'runtime_vllm_%s is %r (%s), expected a boolean (true or false)' % (name, value, type(value).__name__) in str(err.value)
+
+
+@pytest.mark.parametrize('name', [n for n in INT_KNOBS if n != 'tensor_parallel_size'])
+@pytest.mark.parametrize('value', ['6', 6.0, True])
+def test_integers_must_be_integers(name, value):
+    with pytest.raises(VllmConfigError) as err:
+        head({'runtime_vllm_' + name: value})
+    assert 'runtime_vllm_%s is %r (%s), expected an integer' % (name, value, type(value).__name__) in str(err.value)
+
+
+@pytest.mark.parametrize('knobs', [
+    {'runtime_vllm_gpu_memory_utilization': 0.87},
+    {'runtime_vllm_gpu_memory_utilization': 0.8},
+    {'runtime_vllm_max_model_len': 1048576},
+    {'runtime_vllm_kv_cache_dtype': 'fp8_ds_mla'},
+    {'runtime_vllm_mtp_num_tokens': 7},
+    {'runtime_vllm_mtp_num_tokens': 3, 'runtime_vllm_model': 'deepseek-ai/DeepSeek-V4-Flash-DSpark', 'runtime_vllm_revision': ''},
+    {'runtime_vllm_tensor_parallel_size': None},
+    {'runtime_vllm_env': {'NCCL_DEBUG': 'INFO', 'VLLM_ENABLE_RESPONSES_API_STORE': True, 'OMP_NUM_THREADS': 4}},
+], ids=['util-0.87', 'util-0.8', 'len-1m', 'kv-fp8', 'mtp-7', 'mtp-3-preview', 'tp-null', 'env'])
+def test_good_edges_pass(knobs):
+    assert head(knobs)
+
+
+# ---------------------------------------------------------------------------- warnings
+
+def test_defaults_warn_nothing():
+    assert serve_warnings({}) == []
+
+
+@pytest.mark.parametrize('seqs', [1, 2, 5])
+def test_fewer_than_six_seqs_warns_about_the_captured_graphs(seqs):
+    warnings = serve_warnings({'runtime_vllm_max_num_seqs': seqs})
+    assert len(warnings) == 1
+    assert warnings[0].startswith('runtime_vllm_max_num_seqs is %d (below 6): --max-cudagraph-capture-size follows it (%d instead of 36)'
+                                  % (seqs, seqs * 6))
+    assert 'a third' in warnings[0]
+    head({'runtime_vllm_max_num_seqs': seqs})  # a warning, not an error
+
+
+def test_six_or_more_seqs_do_not_warn():
+    assert serve_warnings({'runtime_vllm_max_num_seqs': 6}) == serve_warnings({'runtime_vllm_max_num_seqs': 16}) == []
+
+
+@pytest.mark.parametrize('knobs,fragment', [
+    ({'runtime_vllm_long_prefill_token_threshold': 0}, 'runtime_vllm_long_prefill_token_threshold is 0: one long prefill'),
+    ({'runtime_vllm_revision': 'main'}, "runtime_vllm_revision is 'main', not a commit sha"),
+    ({'runtime_vllm_revision': ''}, 'runtime_vllm_revision is empty'),
+    ({'runtime_vllm_hf_hub_offline': False}, 'runtime_vllm_hf_hub_offline is false'),
+])
+def test_other_warnings(knobs, fragment):
+    assert any(fragment in w for w in serve_warnings(knobs))
+
+
+# ---------------------------------------------------------------------------- secrets
+
+@pytest.mark.parametrize('role', ['head', 'worker'])
+def test_no_secret_in_argv(role):
+    knobs = dict(KNOB_DEFAULTS, runtime_vllm_api_key=SECRET)
+    argv = head(knobs) if role == 'head' else worker(knobs)
+    joined = ' '.join(argv)
+    assert SECRET not in joined and '--api-key' not in joined and 'VLLM_API_KEY' not in joined
+    env = serve_env(knobs)
+    assert SECRET not in json.dumps(env) and 'VLLM_API_KEY' not in env
+
+
+def test_a_secret_smuggled_into_argv_is_refused():
+    for knobs in ({'runtime_vllm_api_key': SECRET, 'runtime_vllm_extra_args': ['--seed', SECRET]},
+                  {'runtime_vllm_api_key': SECRET, 'runtime_vllm_extra_args': ['--middleware=x%sy' % SECRET]},
+                  {'runtime_vllm_api_key': SECRET, 'runtime_vllm_served_model_name': SECRET}):
+        with pytest.raises(VllmConfigError) as err:
+            head(knobs)
+        assert 'runtime_vllm_api_key appears in the vllm serve argv' in str(err.value)
+        assert SECRET not in str(err.value)
+
+
+# ---------------------------------------------------------------------------- environment
+
+def test_static_environment():
+    env = serve_env({})
+    assert env == {
+        'NCCL_NET': 'IB', 'NCCL_IB_DISABLE': '0', 'NCCL_CROSS_NIC': '1', 'NCCL_CUMEM_ENABLE': '0',
+        'NCCL_IGNORE_CPU_AFFINITY': '1', 'NCCL_NVLS_ENABLE': '0', 'NCCL_DEBUG': 'WARN',
+        'VLLM_USE_BREAKABLE_CUDAGRAPH': '0', 'VLLM_PREFIX_CACHE_RETENTION_INTERVAL': '4096',
+        'VLLM_ALLOW_LONG_MAX_MODEL_LEN': '1', 'HF_HUB_DISABLE_XET': '1',
+        'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True', 'HF_HUB_OFFLINE': '1', 'TRANSFORMERS_OFFLINE': '1'}
+    assert not set(env) & set(PER_HOST_ENV_KEYS)
+    assert all(type(v) is str for v in env.values())
+
+
+def test_environment_knobs_merge_last():
+    env = serve_env({'runtime_vllm_hf_hub_offline': False,
+                     'runtime_vllm_env': {'NCCL_DEBUG': 'INFO', 'VLLM_ENABLE_RESPONSES_API_STORE': True, 'OMP_NUM_THREADS': 4}})
+    assert (env['HF_HUB_OFFLINE'], env['TRANSFORMERS_OFFLINE'], env['NCCL_DEBUG']) == ('0', '0', 'INFO')
+    assert (env['VLLM_ENABLE_RESPONSES_API_STORE'], env['OMP_NUM_THREADS']) == ('1', '4')
+
+
+def test_per_host_keys_match_the_nic_resolver():
+    assert set(PER_HOST_ENV_KEYS) == set(roce_gids.NCCL_ENV_KEYS) | set(roce_gids.NCCL_AUTO_KEYS)
+
+
+# ---------------------------------------------------------------------------- the filters
+
+def test_filters_are_registered():
+    assert set(FILTERS) == {'vllm_serve_argv', 'vllm_serve_warnings', 'vllm_serve_env', 'vllm_topology'}
+
+
+def test_filters_raise_ansible_filter_errors():
+    with pytest.raises(AnsibleFilterError) as err:
+        FILTERS['vllm_serve_argv']({'runtime_vllm_max_num_seqs': '6'}, role='head', node_rank=0, nnodes=2, master_addr=HEAD_IP)
+    assert "vllm_serve_argv: runtime_vllm_max_num_seqs is '6' (str), expected an integer" in str(err.value)
+    with pytest.raises(AnsibleFilterError):
+        FILTERS['vllm_serve_warnings']({'runtime_vllm_gpu_memory_utilization': 0.9})
+    with pytest.raises(AnsibleFilterError):
+        FILTERS['vllm_serve_env']({'runtime_vllm_env': {'VLLM_API_KEY': 'x'}})
+    with pytest.raises(AnsibleFilterError) as err:
+        FILTERS['vllm_topology'](PAIR_GROUPS, PAIR_HOSTVARS, 'nowhere')
+    assert 'nowhere: is in neither spark_head nor spark_workers' in str(err.value)
+
+
+def test_filters_return_what_module_utils_returns():
+    topo = FILTERS['vllm_topology'](PAIR_GROUPS, PAIR_HOSTVARS, 'spark-worker')
+    assert FILTERS['vllm_serve_argv']({}, topology=topo) == shlex.split(SEED_WORKER)
+    assert FILTERS['vllm_serve_warnings']({'runtime_vllm_max_num_seqs': 2}) == serve_warnings({'runtime_vllm_max_num_seqs': 2})
+    assert FILTERS['vllm_serve_env']({}) == serve_env({})
+
+
+def test_the_documented_knobs_are_the_knobs():
+    doc = yaml.safe_load((REPO / 'plugins' / 'filter' / 'vllm_serve_argv.yml').read_text())['DOCUMENTATION']
+    sub = doc['options']['_input']['suboptions']
+    assert set(sub) == set(KNOB_DEFAULTS)
+    for name, default in KNOB_DEFAULTS.items():
+        if default is None:
+            assert 'default' not in sub[name], name
+        else:
+            assert sub[name]['default'] == default, name
+    for name in ('vllm_serve_warnings', 'vllm_serve_env', 'vllm_topology'):
+        assert yaml.safe_load((REPO / 'plugins' / 'filter' / (name + '.yml')).read_text())['DOCUMENTATION']['name'] == name
+
+
+@pytest.mark.integration
+def test_through_ansible_templating(tmp_path):
+    """The filters through ansible-core's templating (lazy containers, tagged values, **kwargs-free call)."""
+    playbook = tmp_path / 'play.yml'
+    playbook.write_text(textwrap.dedent("""\
+        - hosts: spark
+          gather_facts: false
+          vars:
+            runtime_vllm_max_num_seqs: 6
+            runtime_vllm_api_key: %s
+            __names: "{{ query('ansible.builtin.varnames', '^runtime_vllm_') }}"
+            __knobs: "{{ dict(__names | zip(query('ansible.builtin.vars', *__names))) }}"
+            __topo: "{{ groups | dgxspark.cluster.vllm_topology(hostvars, inventory_hostname) }}"
+          tasks:
+            - ansible.builtin.copy:
+                dest: "{{ out }}/{{ inventory_hostname }}.json"
+                content: "{{ {'argv': __knobs | dgxspark.cluster.vllm_serve_argv(topology=__topo),
+                              'warnings': __knobs | dgxspark.cluster.vllm_serve_warnings,
+                              'env': __knobs | dgxspark.cluster.vllm_serve_env} | to_json }}"
+                mode: "0600"
+              delegate_to: localhost
+        """ % SECRET))
+    inventory = tmp_path / 'hosts.yml'
+    inventory.write_text(yaml.safe_dump({'all': {'children': {'spark': {'children': {
+        'spark_head': {'hosts': {'spark-head': PAIR_HOSTVARS['spark-head']}},
+        'spark_workers': {'hosts': {'spark-worker': PAIR_HOSTVARS['spark-worker']}}}}}}}))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / 'ansible.cfg'), ANSIBLE_COLLECTIONS_PATH=str(REPO / 'collections'))
+    bindir = Path(sys.executable).parent
+    proc = subprocess.run([str(bindir / 'ansible-playbook'), '-i', str(inventory), str(playbook), '-e', 'out=%s' % tmp_path,
+                           '-c', 'local'], capture_output=True, text=True, env=env, cwd=str(REPO), timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    head_out = json.loads((tmp_path / 'spark-head.json').read_text())
+    worker_out = json.loads((tmp_path / 'spark-worker.json').read_text())
+    assert head_out['argv'] == shlex.split(SEED_HEAD) and worker_out['argv'] == shlex.split(SEED_WORKER)
+    assert head_out['warnings'] == [] and head_out['env'] == serve_env({})
+    assert SECRET not in (tmp_path / 'spark-head.json').read_text()

@@ -354,7 +354,6 @@ def serve_argv(knobs: Optional[Mapping[str, Any]], role: Optional[str] = None, n
     master_addr = topo.get('master_addr') if master_addr is None else master_addr
     conf = resolve_knobs(knobs)
     _check_topology(role, node_rank, nnodes, master_addr)
-    assert isinstance(nnodes, int) and isinstance(node_rank, int)
     tp = nnodes if conf['tensor_parallel_size'] is None else conf['tensor_parallel_size']
     if tp != nnodes:
         raise VllmConfigError('%stensor_parallel_size is %d, expected %d: the number of nodes in the inventory (spark_head + '

@@ -1,0 +1,138 @@
+"""Live state of the molecule driver scenario's pair after converge,
+idempotence, check and the side effects (dist-upgrade, a downgraded worker,
+a worker on the 590 branch, both converged back with driver_enforce; NVIDIA's
+repo added on the worker by the cuda role).
+
+Expected values are the roles' defaults: driver 580.173.02, CUDA 13.0 as the
+system default, 13.3 for the runtime.
+"""
+
+import json
+import re
+
+import pytest
+
+DRIVER = "580.173.02"
+DEB_VERSION = DRIVER + "-0ubuntu1"
+PINS = ["nvidia-driver-580-open", "nvidia-dkms-580-open", "nvidia-kernel-common-580", "nvidia-utils-580",
+        "libnvidia-compute-580", "libnvidia-common-580"]
+
+
+def installed(host):
+    out = host.check_output("dpkg-query -W -f='${Package} ${db:Status-Abbrev} ${Version}\\n' 'nvidia-*' 'libnvidia-*' 'cuda-*'")
+    return {f[0]: f[2] for f in (line.split() for line in out.splitlines()) if len(f) == 3 and f[1][1] == "i"}
+
+
+@pytest.mark.parametrize("name", PINS)
+def test_driver_package_is_at_the_pin(host, name):
+    assert host.package(name).is_installed
+    assert host.package(name).version == DEB_VERSION
+
+
+def test_no_other_driver_version_is_installed(host):
+    pkgs = installed(host)
+    driver_like = {n: v for n, v in pkgs.items() if re.match(r"^\d{3}\.\d+", v)}
+    assert set(driver_like.values()) == {DEB_VERSION}, driver_like
+    assert not [n for n in pkgs if n in ("nvidia-driver-open", "libnvidia-compute", "nvidia-utils")]
+
+
+def test_driver_packages_are_held(host):
+    held = host.check_output("apt-mark showhold").split()
+    assert sorted(set(PINS) & set(held)) == sorted(PINS)
+
+
+def test_apt_prefers_the_pinned_version(host):
+    policy = host.check_output("apt-cache policy nvidia-utils-580 libnvidia-compute-580")
+    assert policy.count("Candidate: %s" % DEB_VERSION) == 2
+    assert re.search(r"^\s+(\*\*\* )?%s 1001$" % re.escape(DEB_VERSION), policy, re.M), policy
+    assert re.search(r"^\s+580\.178\.04-0ubuntu1 (500|1000)$", policy, re.M), policy  # newer 580.x is there, not chosen
+    pref = host.file("/etc/apt/preferences.d/dgxspark-nvidia-driver")
+    assert pref.mode == 0o644
+    assert "Package: %s\n" % " ".join(PINS) in pref.content_string
+    assert "Pin: version %s-*\n" % DRIVER in pref.content_string
+
+
+def test_nvidia_pinning_package_is_installed(host):
+    assert host.package("nvidia-driver-pinning-580").is_installed
+
+
+def test_dist_upgrade_has_nothing_to_move(host):
+    out = host.check_output("LC_ALL=C apt-get --simulate dist-upgrade")
+    assert not re.search(r"^(Inst|Remv) (nvidia|libnvidia|cuda)", out, re.M), out
+
+
+def test_unattended_upgrades_blacklist(host):
+    conf = host.file("/etc/apt/apt.conf.d/51dgxspark-nvidia-driver")
+    assert conf.mode == 0o644
+    # apt itself parses the file: the blacklist is what unattended-upgrades reads
+    dump = host.check_output("apt-config dump Unattended-Upgrade::Package-Blacklist")
+    for prefix in ("nvidia-", "libnvidia-", "cuda-"):
+        assert 'Unattended-Upgrade::Package-Blacklist:: "%s";' % prefix in dump, dump
+
+
+def test_loaded_module_matches_the_installed_driver(host):
+    proc = host.file("/var/lib/spark-sim/proc/driver/nvidia/version").content_string
+    assert proc.startswith("NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  %s  " % DRIVER)
+    assert host.file("/var/lib/spark-sim/driver-userspace-version").content_string.strip() == DRIVER
+    smi = host.run("nvidia-smi --query-gpu=name,driver_version --format=csv,noheader")
+    assert smi.rc == 0 and smi.stdout.strip() == "NVIDIA GB10, %s" % DRIVER
+
+
+def test_head_never_rebooted_worker_rebooted_for_each_driver_change(host):
+    state = json.loads(host.file("/var/lib/spark-sim/state.json").content_string)
+    # worker: install (converge), downgrade, enforce, 590, enforce = 5 reboots after its first boot
+    expected = 1 if host.backend.get_hostname() == "spark-head" else 6
+    assert state["boot"]["count"] == expected
+
+
+@pytest.mark.parametrize("link,name", [("/usr/local/cuda", "cuda"), ("/usr/local/cuda-13", "cuda-13")])
+def test_system_cuda_stays_on_13_0(host, link, name):
+    assert host.file(link).linked_to == "/usr/local/cuda-13.0"
+    query = host.check_output("update-alternatives --query %s" % name)
+    assert "Status: manual" in query
+    assert "Value: /usr/local/cuda-13.0" in query
+    assert re.search(r"^Alternative: /usr/local/cuda-13\.3\nPriority: 133$", query, re.M)  # 13.3 would win in auto mode
+
+
+@pytest.mark.parametrize("release,version", [("13.0", "13.0.88"), ("13.3", "13.3.73")])
+def test_each_toolkit_answers_with_its_own_nvcc(host, release, version):
+    out = host.check_output("/usr/local/cuda-%s/bin/nvcc --version" % release)
+    assert "Cuda compilation tools, release %s, V%s" % (release, version) in out
+    assert host.package("cuda-toolkit-%s" % release.replace(".", "-")).is_installed
+
+
+def test_default_nvcc_is_13_0(host):
+    assert "release 13.0, V13.0.88" in host.check_output("/usr/local/cuda/bin/nvcc --version")
+
+
+def test_cuda_13_0_untouched(host):
+    assert host.package("cuda-toolkit-13-0").version == "13.0.2-1"
+    assert host.package("cuda-nvcc-13-0").version == "13.0.88-1"
+
+
+def test_no_cuda_metapackage_with_a_driver(host):
+    for name in ("cuda-13-3", "cuda-runtime-13-3"):
+        assert not host.package(name).is_installed
+
+
+def test_runtime_environment_file(host):
+    env = host.file("/etc/dgxspark/cuda.env")
+    assert env.mode == 0o644
+    lines = [line for line in env.content_string.splitlines() if line and not line.startswith("#")]
+    assert lines == ["CUDA_HOME=/usr/local/cuda-13.3", "LD_LIBRARY_PATH=/usr/local/cuda-13.3/lib64",
+                     "PATH=/usr/local/cuda-13.3/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
+
+
+def test_nvidia_repo_where_it_was_added(host):
+    sources = host.file("/etc/apt/sources.list.d/cuda.sources")
+    if host.backend.get_hostname() == "spark-head":
+        assert not sources.exists  # DGX OS-like: the preconfigured repo, nothing added
+        assert host.file("/etc/apt/sources.list.d/nvidia-sim.sources").exists
+        return
+    text = sources.content_string
+    assert "URIs: file:/var/lib/spark-sim/apt/" in text
+    assert "Suites: /" in text
+    assert "Signed-By: /etc/apt/keyrings/cuda-archive-keyring.asc" in text
+    fpr = host.file("/var/lib/spark-sim/apt/spark-sim.fingerprint").content_string.strip()
+    keys = host.check_output("gpg --batch --with-colons --show-keys /etc/apt/keyrings/cuda-archive-keyring.asc")
+    assert "fpr:::::::::%s:" % fpr in keys

@@ -1,0 +1,32 @@
+# -*- coding: utf-8 -*-
+# Copyright: dgxspark.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filters over what a node shows of its NVIDIA driver and CUDA toolkits.
+
+The parsers live in plugins/module_utils/nvidia_stack.py; each filter is
+documented in its own sidecar file (driver_state.yml, proc_driver_version.yml,
+nvcc_release.yml, apt_simulation.yml).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.dgxspark.cluster.plugins.module_utils.nvidia_stack import (
+    apt_simulation,
+    driver_state,
+    nvcc_release,
+    proc_driver_version,
+)
+
+
+class FilterModule(object):
+    """dgxspark.cluster NVIDIA driver / CUDA filters."""
+
+    def filters(self):
+        return {
+            "driver_state": driver_state,
+            "proc_driver_version": proc_driver_version,
+            "nvcc_release": nvcc_release,
+            "apt_simulation": apt_simulation,
+        }

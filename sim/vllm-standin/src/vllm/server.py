@@ -1,0 +1,395 @@
+"""The OpenAI-compatible API of the head, with a fake engine and vLLM's Prometheus metrics.
+
+Routes: GET /health, /ping, /version, /metrics, /v1/models; POST
+/v1/chat/completions and /v1/completions (non-streaming and SSE streaming, a
+final usage chunk with stream_options.include_usage). /v1/* wants
+``Authorization: Bearer <key>`` when VLLM_API_KEY (or --api-key) is set, as in
+vLLM; /health, /metrics and /version stay open.
+
+The engine "generates" a fixed sentence, token by token, in DSpark steps: the
+first token from the prefill, then steps that draft ``k`` tokens
+(num_speculative_tokens) and accept a deterministic number of them, so the
+spec-decode counters move like the real ones (acceptance about 0.55).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import re
+import socket
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+from vllm import __version__, log
+
+REPLY = ('The spark-sim vLLM stand-in answered this request without a GPU and without a model; '
+         'every token here is scripted, not generated.')
+_TOKEN_RE = re.compile(r'\s*\w+|\s*[^\w\s]')
+REPLY_TOKENS = _TOKEN_RE.findall(REPLY)
+ACCEPT_PATTERN = (3, 1, 4, 2, 0, 3, 2, 1)   # accepted draft tokens per DSpark step, clipped to k
+
+
+def count_tokens(text: str) -> int:
+    return len(_TOKEN_RE.findall(text or ''))
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, kind: str = 'BadRequestError', param: Optional[str] = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.kind = kind
+        self.param = param
+
+    def body(self) -> Dict[str, Any]:
+        return {'error': {'message': self.message, 'type': self.kind, 'param': self.param, 'code': self.status}}
+
+
+class Engine:
+    """Counters and the scripted generation."""
+
+    def __init__(self, model: str, served_names: List[str], max_model_len: int, num_spec_tokens: int,
+                 step_seconds: float = 0.0):
+        self.model = model
+        self.served_names = served_names
+        self.max_model_len = max_model_len
+        self.k = num_spec_tokens
+        self.step_seconds = step_seconds
+        self.created = int(time.time())
+        self.lock = threading.Lock()
+        self.running = 0
+        self.prompt_tokens = 0
+        self.generation_tokens = 0
+        self.success: Dict[str, int] = {'stop': 0, 'length': 0, 'abort': 0}
+        self.drafts = 0
+        self.draft_tokens = 0
+        self.accepted = 0
+        self.accepted_per_pos = [0] * max(self.k, 0)
+        self.dead = threading.Event()      # lost a TP peer (VLLM_STANDIN_HANG_ON_PEER_LOSS=1): requests hang
+        self.stopping = threading.Event()
+
+    def steps(self, n_tokens: int) -> Iterator[List[str]]:
+        """The tokens of a reply of ``n_tokens``, grouped by engine step (prefill, then DSpark steps)."""
+        tokens = [REPLY_TOKENS[i % len(REPLY_TOKENS)] for i in range(n_tokens)]
+        if not tokens:
+            return
+        yield tokens[:1]
+        emitted, step = 1, 0
+        while emitted < n_tokens:
+            if self.k > 0:
+                accepted = min(ACCEPT_PATTERN[step % len(ACCEPT_PATTERN)], self.k, n_tokens - emitted - 1)
+                with self.lock:
+                    self.drafts += 1
+                    self.draft_tokens += self.k
+                    self.accepted += accepted
+                    for pos in range(accepted):
+                        self.accepted_per_pos[pos] += 1
+            else:
+                accepted = 0
+            take = accepted + 1
+            if self.step_seconds:
+                time.sleep(self.step_seconds)
+            yield tokens[emitted:emitted + take]
+            emitted += take
+            step += 1
+
+    def admit(self, body: Dict[str, Any], prompt_tokens: int) -> Tuple[int, str]:
+        """Validate a request; returns (tokens to generate, finish_reason)."""
+        model = body.get('model')
+        if model is not None and model not in self.served_names:
+            raise ApiError(404, 'The model `%s` does not exist.' % (model,), 'NotFoundError', 'model')
+        max_tokens = body.get('max_completion_tokens', body.get('max_tokens'))
+        if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
+            raise ApiError(400, 'max_tokens must be at least 1, got %r.' % (max_tokens,), param='max_tokens')
+        room = self.max_model_len - prompt_tokens
+        if room < 1 or (max_tokens is not None and max_tokens > room):
+            raise ApiError(400, "This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the "
+                           'messages, %d in the completion). Please reduce the length of the messages or completion.'
+                           % (self.max_model_len, prompt_tokens + (max_tokens or 0), prompt_tokens, max_tokens or 0))
+        natural = len(REPLY_TOKENS)
+        limit = min(max_tokens if max_tokens is not None else natural, room)
+        if limit < natural:
+            return limit, 'length'
+        return natural, 'stop'
+
+    def begin(self) -> None:
+        if self.dead.is_set():
+            # The real API server keeps answering /health and /v1/models while the engine waits
+            # on a dead TP peer; requests never finish. Hang until the process stops.
+            self.stopping.wait()
+            raise ApiError(500, 'EngineCore is dead: lost a tensor-parallel peer', 'InternalServerError')
+        with self.lock:
+            self.running += 1
+
+    def finish(self, prompt_tokens: int, completion_tokens: int, finish_reason: str) -> None:
+        with self.lock:
+            self.running -= 1
+            self.prompt_tokens += prompt_tokens
+            self.generation_tokens += completion_tokens
+            self.success[finish_reason] = self.success.get(finish_reason, 0) + 1
+
+    def metrics(self) -> str:
+        name = self.served_names[0]
+        labels = 'engine="0",model_name="%s"' % name
+        out: List[str] = []
+
+        def metric(metric_name: str, kind: str, help_text: str, samples: List[Tuple[str, float]]) -> None:
+            out.append('# HELP %s %s' % (metric_name, help_text))
+            out.append('# TYPE %s %s' % (metric_name, kind))
+            for extra, value in samples:
+                out.append('%s{%s%s} %s' % (metric_name, labels, extra, float(value)))
+
+        with self.lock:
+            metric('vllm:num_requests_running', 'gauge', 'Number of requests in model execution batches.', [('', self.running)])
+            metric('vllm:num_requests_waiting', 'gauge', 'Number of requests waiting to be processed.', [('', 0)])
+            metric('vllm:kv_cache_usage_perc', 'gauge', 'KV-cache usage. 1 means 100 percent usage.', [('', 0.0)])
+            metric('vllm:prompt_tokens_total', 'counter', 'Number of prefill tokens processed.', [('', self.prompt_tokens)])
+            metric('vllm:generation_tokens_total', 'counter', 'Number of generation tokens processed.',
+                   [('', self.generation_tokens)])
+            metric('vllm:request_success_total', 'counter', 'Count of successfully processed requests.',
+                   [(',finished_reason="%s"' % reason, count) for reason, count in sorted(self.success.items())])
+            if self.k > 0:
+                metric('vllm:spec_decode_num_drafts_total', 'counter', 'Number of spec decoding drafts.', [('', self.drafts)])
+                metric('vllm:spec_decode_num_draft_tokens_total', 'counter', 'Number of draft tokens.', [('', self.draft_tokens)])
+                metric('vllm:spec_decode_num_accepted_tokens_total', 'counter', 'Number of accepted tokens.', [('', self.accepted)])
+                metric('vllm:spec_decode_num_accepted_tokens_per_pos_total', 'counter', 'Accepted tokens per draft position.',
+                       [(',position="%d"' % pos, count) for pos, count in enumerate(self.accepted_per_pos)])
+        return '\n'.join(out) + '\n'
+
+
+def _message_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return ' '.join(part.get('text', '') for part in content if isinstance(part, dict))
+    return ''
+
+
+def _chat_prompt_tokens(body: Dict[str, Any]) -> int:
+    messages = body.get('messages')
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, 'messages must be a non-empty list of {role, content}.', param='messages')
+    total = 3
+    for message in messages:
+        if not isinstance(message, dict) or 'role' not in message:
+            raise ApiError(400, 'each message needs a role.', param='messages')
+        total += 4 + count_tokens(_message_text(message.get('content')))
+    return total
+
+
+def _completion_prompt_tokens(body: Dict[str, Any]) -> int:
+    prompt = body.get('prompt')
+    if isinstance(prompt, list):
+        if prompt and all(isinstance(t, int) for t in prompt):
+            return len(prompt)
+        prompt = ' '.join(p for p in prompt if isinstance(p, str))
+    if not isinstance(prompt, str):
+        raise ApiError(400, 'prompt must be a string, a list of strings or a list of token ids.', param='prompt')
+    return max(1, count_tokens(prompt))
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = 'HTTP/1.1'
+    server_version = 'uvicorn'
+    sys_version = ''
+    engine: Engine
+    api_keys: List[str]
+
+    # ------------------------------------------------------------------ plumbing
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - BaseHTTPRequestHandler's signature
+        pass
+
+    def _access(self, status: int) -> None:
+        phrase = {200: 'OK', 400: 'Bad Request', 401: 'Unauthorized', 404: 'Not Found', 405: 'Method Not Allowed',
+                  500: 'Internal Server Error'}.get(status, '')
+        log.info('access', '%s:%d - "%s %s %s" %d %s', self.client_address[0], self.client_address[1], self.command,
+                 self.path, self.request_version, status, phrase)
+
+    def _json(self, status: int, payload: Any) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header('Content-Type', 'application/json')
+        self.send_header('Content-Length', str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        self._access(status)
+
+    def _text(self, status: int, text: str, content_type: str = 'text/plain; charset=utf-8') -> None:
+        data = text.encode()
+        self.send_response(status)
+        self.send_header('Content-Type', content_type)
+        self.send_header('Content-Length', str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        self._access(status)
+
+    def _authorized(self) -> bool:
+        if not self.api_keys or not self.path.startswith('/v1'):
+            return True
+        header = self.headers.get('Authorization', '')
+        if not header.startswith('Bearer '):
+            return False
+        given = header[len('Bearer '):].encode()
+        return any(hmac.compare_digest(given, key.encode()) for key in self.api_keys)
+
+    def _body(self) -> Dict[str, Any]:
+        length = int(self.headers.get('Content-Length') or 0)
+        raw = self.rfile.read(length) if length else b''
+        try:
+            body = json.loads(raw.decode() or 'null')
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise ApiError(400, 'the request body is not valid JSON: %s' % exc)
+        if not isinstance(body, dict):
+            raise ApiError(400, 'the request body must be a JSON object')
+        return body
+
+    # ------------------------------------------------------------------ routes
+    def do_GET(self) -> None:  # noqa: N802 - http.server naming
+        path = self.path.split('?', 1)[0]
+        if not self._authorized():
+            self._json(401, {'error': 'Unauthorized'})
+        elif path in ('/health', '/ping'):
+            self._text(200, '')
+        elif path == '/version':
+            self._json(200, {'version': __version__})
+        elif path == '/metrics':
+            self._text(200, self.engine.metrics(), 'text/plain; version=0.0.4; charset=utf-8')
+        elif path == '/v1/models':
+            self._json(200, {'object': 'list', 'data': [
+                {'id': name, 'object': 'model', 'created': self.engine.created, 'owned_by': 'vllm', 'root': self.engine.model,
+                 'parent': None, 'max_model_len': self.engine.max_model_len,
+                 'permission': [{'id': 'modelperm-%s' % uuid.uuid4().hex, 'object': 'model_permission',
+                                 'created': self.engine.created, 'allow_create_engine': False, 'allow_sampling': True,
+                                 'allow_logprobs': True, 'allow_search_indices': False, 'allow_view': True,
+                                 'allow_fine_tuning': False, 'organization': '*', 'group': None, 'is_blocking': False}]}
+                for name in self.engine.served_names]})
+        elif path in ('/v1/chat/completions', '/v1/completions'):
+            self._json(405, {'detail': 'Method Not Allowed'})
+        else:
+            self._json(404, {'detail': 'Not Found'})
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server naming
+        path = self.path.split('?', 1)[0]
+        if not self._authorized():
+            self.rfile.read(int(self.headers.get('Content-Length') or 0))
+            self._json(401, {'error': 'Unauthorized'})
+            return
+        if path not in ('/v1/chat/completions', '/v1/completions'):
+            self.rfile.read(int(self.headers.get('Content-Length') or 0))
+            self._json(404 if path not in ('/health', '/v1/models', '/metrics') else 405,
+                       {'detail': 'Not Found' if path not in ('/health', '/v1/models', '/metrics') else 'Method Not Allowed'})
+            return
+        chat = path == '/v1/chat/completions'
+        try:
+            body = self._body()
+            prompt_tokens = _chat_prompt_tokens(body) if chat else _completion_prompt_tokens(body)
+            n_tokens, finish_reason = self.engine.admit(body, prompt_tokens)
+            self.engine.begin()
+        except ApiError as exc:
+            self._json(exc.status, exc.body())
+            return
+        try:
+            model = body.get('model') or self.engine.served_names[0]
+            if body.get('stream'):
+                include_usage = bool((body.get('stream_options') or {}).get('include_usage'))
+                self._stream(chat, model, prompt_tokens, n_tokens, finish_reason, include_usage)
+            else:
+                text = ''.join(t for step in self.engine.steps(n_tokens) for t in step)
+                self._json(200, self._response(chat, model, text, prompt_tokens, n_tokens, finish_reason))
+        finally:
+            self.engine.finish(prompt_tokens, n_tokens, finish_reason)
+
+    # ------------------------------------------------------------------ bodies
+    @staticmethod
+    def _usage(prompt_tokens: int, completion_tokens: int) -> Dict[str, Any]:
+        return {'prompt_tokens': prompt_tokens, 'total_tokens': prompt_tokens + completion_tokens,
+                'completion_tokens': completion_tokens, 'prompt_tokens_details': None}
+
+    def _response(self, chat: bool, model: str, text: str, prompt_tokens: int, n_tokens: int, finish_reason: str) -> Dict[str, Any]:
+        created = int(time.time())
+        if chat:
+            return {'id': 'chatcmpl-%s' % uuid.uuid4().hex, 'object': 'chat.completion', 'created': created, 'model': model,
+                    'choices': [{'index': 0, 'message': {'role': 'assistant', 'content': text, 'reasoning_content': None,
+                                                         'tool_calls': []},
+                                 'logprobs': None, 'finish_reason': finish_reason, 'stop_reason': None}],
+                    'usage': self._usage(prompt_tokens, n_tokens), 'prompt_logprobs': None}
+        return {'id': 'cmpl-%s' % uuid.uuid4().hex, 'object': 'text_completion', 'created': created, 'model': model,
+                'choices': [{'index': 0, 'text': text, 'logprobs': None, 'finish_reason': finish_reason, 'stop_reason': None,
+                             'prompt_logprobs': None}],
+                'usage': self._usage(prompt_tokens, n_tokens)}
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(b'%X\r\n%s\r\n' % (len(data), data))
+        self.wfile.flush()
+
+    def _event(self, payload: Any) -> None:
+        text = payload if isinstance(payload, str) else json.dumps(payload)
+        self._chunk(('data: %s\n\n' % text).encode())
+
+    def _stream(self, chat: bool, model: str, prompt_tokens: int, n_tokens: int, finish_reason: str, include_usage: bool) -> None:
+        self.send_response(200)
+        self.send_header('Content-Type', 'text/event-stream; charset=utf-8')
+        self.send_header('Cache-Control', 'no-cache')
+        self.send_header('Transfer-Encoding', 'chunked')
+        self.end_headers()
+        rid = ('chatcmpl-' if chat else 'cmpl-') + uuid.uuid4().hex
+        created = int(time.time())
+        kind = 'chat.completion.chunk' if chat else 'text_completion'
+
+        def frame(choice: Optional[Dict[str, Any]], usage: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+            out = {'id': rid, 'object': kind, 'created': created, 'model': model, 'choices': [choice] if choice else []}
+            if include_usage:
+                out['usage'] = usage
+            return out
+
+        try:
+            if chat:
+                self._event(frame({'index': 0, 'delta': {'role': 'assistant', 'content': ''}, 'logprobs': None,
+                                   'finish_reason': None}))
+            for step in self.engine.steps(n_tokens):
+                text = ''.join(step)
+                if chat:
+                    self._event(frame({'index': 0, 'delta': {'content': text}, 'logprobs': None, 'finish_reason': None}))
+                else:
+                    self._event(frame({'index': 0, 'text': text, 'logprobs': None, 'finish_reason': None, 'stop_reason': None}))
+            if chat:
+                self._event(frame({'index': 0, 'delta': {}, 'logprobs': None, 'finish_reason': finish_reason, 'stop_reason': None}))
+            else:
+                self._event(frame({'index': 0, 'text': '', 'logprobs': None, 'finish_reason': finish_reason, 'stop_reason': None}))
+            if include_usage:
+                self._event(frame(None, self._usage(prompt_tokens, n_tokens)))
+            self._event('[DONE]')
+            self._chunk(b'')
+        except (BrokenPipeError, ConnectionResetError):
+            return
+        self._access(200)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+class ApiServer:
+    """The HTTP server in a thread."""
+
+    def __init__(self, host: str, port: int, engine: Engine, api_keys: List[str]):
+        handler = type('BoundHandler', (Handler,), {'engine': engine, 'api_keys': [k for k in api_keys if k]})
+        self.httpd = (_Server6 if ':' in host else _Server)((host, port), handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={'poll_interval': 0.2}, name='api-server',
+                                       daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -1,0 +1,95 @@
+"""sim/apt-repo/build-repo: the stand-in NVIDIA repository holds the real
+package names and versions, the dependencies that make the traps real (exact
+= deps of the driver metapackage, cuda-13-3 -> cuda-drivers, the 590 names
+replacing the -580 ones), the alternatives registration of the toolkits and
+nvcc stand-ins answering like the real ones. Built unsigned into a temporary
+directory with the host's dpkg-deb."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+BUILD = REPO / "sim" / "apt-repo" / "build-repo"
+
+pytestmark = pytest.mark.skipif(not shutil.which("dpkg-deb"), reason="dpkg-deb is not installed")
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    out = tmp_path_factory.mktemp("apt") / "repo"
+    sources = out.parent / "nvidia-sim.sources"
+    subprocess.run([sys.executable, str(BUILD), str(out), "--no-sign", "--arch", "arm64", "--sources", str(sources)],
+                   check=True, capture_output=True)
+    stanzas = {}
+    for block in (out / "Packages").read_text().strip().split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line and not line.startswith(" "))
+        stanzas[(fields["Package"], fields["Version"])] = fields
+    return out, stanzas, sources.read_text()
+
+
+def test_driver_versions_and_names(repo):
+    _out, stanzas, _src = repo
+    versions = sorted(v for (name, v) in stanzas if name == "libnvidia-compute-580")
+    assert versions == ["580.159.03-0ubuntu1", "580.173.02-0ubuntu1", "580.178.04-0ubuntu1", "580.95.05-0ubuntu1"]
+    assert ("libnvidia-compute", "590.48.01-0ubuntu1") in stanzas
+    assert ("nvidia-driver-pinning-580", "580-1") in stanzas
+    meta = stanzas[("nvidia-driver-580-open", "580.173.02-0ubuntu1")]
+    assert "nvidia-utils-580 (= 580.173.02-0ubuntu1)" in meta["Depends"]
+    assert "libnvidia-compute-580 (= 580.173.02-0ubuntu1)" in meta["Depends"]
+    assert stanzas[("libnvidia-compute", "590.48.01-0ubuntu1")]["Conflicts"] == "libnvidia-compute-580"
+    assert stanzas[("libnvidia-common-580", "580.173.02-0ubuntu1")]["Architecture"] == "all"
+    assert meta["Architecture"] == "arm64"
+
+
+def test_cuda_metapackage_pulls_a_driver_the_toolkit_does_not(repo):
+    _out, stanzas, _src = repo
+    assert "cuda-runtime-13-3" in stanzas[("cuda-13-3", "13.3.1-1")]["Depends"]
+    assert "cuda-drivers" in stanzas[("cuda-runtime-13-3", "13.3.1-1")]["Depends"]
+    assert stanzas[("cuda-drivers", "590.48.01-0ubuntu1")]["Depends"] == "nvidia-driver-open (= 590.48.01-0ubuntu1)"
+    for release, version in (("13-0", "13.0.2-1"), ("13-3", "13.3.1-1")):
+        depends = stanzas[("cuda-toolkit-%s" % release, version)]["Depends"]
+        assert "driver" not in depends and "nvidia" not in depends
+
+
+def test_toolkit_registers_alternatives_at_its_version(repo, tmp_path):
+    out, _stanzas, _src = repo
+    deb = out / "cuda-toolkit-13-3-config-common_13.3.73-1_all.deb"
+    subprocess.run(["dpkg-deb", "-e", str(deb), str(tmp_path / "ctl")], check=True)
+    postinst = (tmp_path / "ctl" / "postinst").read_text()
+    assert "update-alternatives --install /usr/local/cuda cuda /usr/local/cuda-13.3 133" in postinst
+    assert "update-alternatives --install /usr/local/cuda-13 cuda-13 /usr/local/cuda-13.3 133" in postinst
+
+
+@pytest.mark.parametrize("release,line", [
+    ("13-0", "Cuda compilation tools, release 13.0, V13.0.88"),
+    ("13-3", "Cuda compilation tools, release 13.3, V13.3.73"),
+])
+def test_nvcc_answers_like_the_real_one(repo, tmp_path, release, line):
+    out, _stanzas, _src = repo
+    deb = next(out.glob("cuda-nvcc-%s_*.deb" % release))
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(tmp_path)], check=True)
+    nvcc = tmp_path / "usr" / "local" / ("cuda-" + release.replace("-", ".")) / "bin" / "nvcc"
+    text = subprocess.run([str(nvcc), "--version"], check=True, capture_output=True, text=True).stdout.splitlines()
+    assert text[0] == "nvcc: NVIDIA (R) Cuda compiler driver"
+    assert text[3] == line
+    assert text[4].startswith("Build cuda_%s.r%s/compiler." % ((release.replace("-", "."),) * 2))
+
+
+def test_driver_postinst_records_the_userspace_version(repo, tmp_path):
+    out, _stanzas, _src = repo
+    subprocess.run(["dpkg-deb", "-e", str(out / "libnvidia-compute-580_580.173.02-0ubuntu1_arm64.deb"), str(tmp_path / "c")],
+                   check=True)
+    assert 'echo "580.173.02" > /var/lib/spark-sim/driver-userspace-version' in (tmp_path / "c" / "postinst").read_text()
+
+
+def test_unsigned_sources_file(repo):
+    out, _stanzas, sources = repo
+    assert "URIs: file:%s/" % out in sources
+    assert "Suites: ./" in sources and "Trusted: yes" in sources
+    assert "SHA256:" in (out / "Release").read_text()

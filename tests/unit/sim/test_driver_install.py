@@ -1,0 +1,78 @@
+"""The sim's driver packaging: the loaded kernel module follows the installed
+userspace driver only at power-on (gpu.apply_driver_install), the stand-in
+/proc/driver/nvidia/version shows it, and nvidia-smi reports the real
+"Driver/library version mismatch" (exit 18) while they differ."""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(REPO / "sim" / "node" / "usr" / "lib" / "spark-sim"))
+
+from sparksim import gpu as gpumod  # noqa: E402
+
+
+@pytest.fixture()
+def node(tmp_path, monkeypatch):
+    userspace = tmp_path / "driver-userspace-version"
+    proc = tmp_path / "proc"
+    monkeypatch.setenv("SPARK_SIM_DRIVER_USERSPACE", str(userspace))
+    monkeypatch.setenv("SPARK_SIM_PROC", str(proc))
+    state = {"hostname": "spark-test", "gpu": gpumod.default_gpu("spark-test")}
+    return state, userspace, proc / "driver" / "nvidia" / "version"
+
+
+def smi(state, *args):
+    out = io.StringIO()
+    code, _changed = gpumod.run(gpumod.parse_args(list(args)), state, out, gpumod.parse_now("2026-11-29T12:00:00"))
+    return code, out.getvalue()
+
+
+def test_upgrade_without_reboot_is_a_version_mismatch(node):
+    state, userspace, _proc = node
+    userspace.write_text("580.173.02\n")
+    assert smi(state, "--query-gpu=driver_version", "--format=csv,noheader") == (0, "580.173.02\n")
+    userspace.write_text("580.178.04\n")  # libnvidia-compute-580 postinst of an upgrade
+    code, text = smi(state, "--query-gpu=driver_version", "--format=csv,noheader")
+    assert code == 18
+    assert text == "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 580.178\n"
+    assert smi(state, "-h")[0] == 0  # help needs no NVML
+
+
+def test_power_on_loads_the_installed_driver_and_writes_proc(node):
+    state, userspace, proc = node
+    state["gpu"]["driver_version"] = "580.159.03"
+    userspace.write_text("580.173.02\n")
+    assert gpumod.apply_driver_install(state) == ["gpu: NVIDIA kernel module 580.173.02 loaded (was 580.159.03)"]
+    assert state["gpu"]["driver_version"] == "580.173.02" and state["gpu"]["driver_loaded"] is True
+    assert proc.read_text().startswith("NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  580.173.02  Release Build")
+    assert gpumod.apply_driver_install(state) == []  # nothing changed at the next boot
+    assert smi(state, "--query-gpu=driver_version", "--format=csv,noheader") == (0, "580.173.02\n")
+
+
+def test_no_driver_installed_means_no_module(node):
+    state, userspace, proc = node
+    assert not userspace.exists()
+    assert gpumod.apply_driver_install(state) == ["gpu: no NVIDIA driver installed: no kernel module loaded (was 580.173.02)"]
+    assert state["gpu"]["driver_loaded"] is False
+    assert not proc.exists()
+    assert smi(state, "-L")[0] == gpumod.EXIT_DRIVER_NOT_LOADED
+    userspace.write_text("580.173.02\n")  # installed now: still not loaded until the next boot
+    assert smi(state, "-L")[0] == gpumod.EXIT_DRIVER_NOT_LOADED
+    assert gpumod.apply_driver_install(state) == ["gpu: NVIDIA kernel module 580.173.02 loaded (was none)"]
+    assert proc.exists()
+
+
+def test_write_proc_follows_a_state_edit(node):
+    state, _userspace, proc = node
+    state["gpu"]["driver_version"] = "580.95.05"
+    gpumod.write_proc(state)
+    assert "  580.95.05  " in proc.read_text()
+    state["gpu"]["driver_loaded"] = False
+    gpumod.write_proc(state)
+    assert not proc.exists()

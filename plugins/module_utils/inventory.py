@@ -33,7 +33,7 @@ def rail_problems(host, rails, fabric_prefix=24):
     """Problems with one host's ``dgxspark_fabric_rails`` value."""
     problems = []
     if not isinstance(rails, (list, tuple)) or isinstance(rails, (str, bytes)):
-        return ["%s: %s is %r (%s), expected a list of {netdev, ipv4}" % (host, RAILS_VAR, rails, type(rails).__name__)]
+        return ["%s: %s is %r (%s), expected a list of {netdev, ipv4}" % (host, RAILS_VAR, rails, _kind(rails))]
     if not rails:
         return ["%s: %s is empty, expected at least one rail {netdev, ipv4}" % (host, RAILS_VAR)]
     for idx, rail in enumerate(rails):
@@ -98,4 +98,78 @@ def inventory_problems(groups, hostvars, play_hosts, head_group="spark_head", wo
             if first[0] != net:
                 problems.append("%s: %s[%d].ipv4 %s is outside %s (rail %d of %s), expected one subnet per rail"
                                 % (host, RAILS_VAR, idx, addr, first[0], idx, first[1]))
+    return problems
+
+
+_TYPE_NAMES = {
+    "bool": "a boolean (true or false, unquoted)",
+    "int": "an integer",
+    "float": "a number",
+    "str": "a string",
+    "path": "a path (string)",
+    "raw": "any value",
+    "list": "a list",
+    "dict": "a dict",
+}
+
+
+def _kind(value):
+    """A plain name of a value's type (Ansible wraps strings in tagged subclasses)."""
+    for kind, name in ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"),
+                       (dict, "dict"), ((list, tuple), "list")):
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
+
+
+def _type_ok(kind, value):
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "float":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind in ("str", "path"):
+        return isinstance(value, str)
+    if kind == "list":
+        return isinstance(value, (list, tuple))
+    if kind == "dict":
+        return isinstance(value, dict)
+    return True
+
+
+def spec_problems(host, role, options, values):
+    """Strict type and choice checks of the variables a user set, against a role's argument spec.
+
+    ``options`` is ``argument_specs.main.options`` of the role; ``values`` maps
+    variable names to what the inventory gives. Ansible's own validation would
+    turn ``"yes"`` into ``True`` and ``"24"`` into ``24``; a quoted boolean or
+    number in an inventory is a mistake worth naming, so this check does not.
+    """
+    problems = []
+    for name in sorted(values):
+        spec = options.get(name)
+        if spec is None:
+            continue
+        value = values[name]
+        kind = spec.get("type", "str")
+        if value is None and not spec.get("required"):
+            continue
+        if not _type_ok(kind, value):
+            problems.append("%s: %s is %r (%s), expected %s (role %s)"
+                            % (host, name, value, _kind(value), _TYPE_NAMES.get(kind, kind), role))
+            continue
+        choices = spec.get("choices")
+        if choices and kind != "list" and value not in choices:
+            problems.append("%s: %s is %r, expected one of %s (role %s)"
+                            % (host, name, value, ", ".join(str(c) for c in choices), role))
+        elements = spec.get("elements")
+        if kind == "list" and elements:
+            for idx, item in enumerate(value):
+                if not _type_ok(elements, item):
+                    problems.append("%s: %s[%d] is %r (%s), expected %s (role %s)"
+                                    % (host, name, idx, item, _kind(item), _TYPE_NAMES.get(elements, elements), role))
+                elif choices and item not in choices:
+                    problems.append("%s: %s[%d] is %r, expected one of %s (role %s)"
+                                    % (host, name, idx, item, ", ".join(str(c) for c in choices), role))
     return problems

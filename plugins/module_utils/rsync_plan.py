@@ -120,37 +120,3 @@ def merge_stats(many):
         for key, value in stats.items():
             total[key] = total.get(key, 0) + int(value)
     return total
-
-
-def daemon_config(path, address, allow, user, group, module="checkpoint", port=873, timeout=300,
-                  max_connections=16, secrets_file=None, auth_user=None, pid_file=None):
-    """An rsyncd.conf for a one-sync daemon: one write-only module at ``path``, bound to ``address``,
-    ``hosts allow`` only the head, chrooted, symlinks kept as they are (``munge symlinks = no``:
-    the snapshot links are relative and stay inside the module)."""
-    lines = [
-        "# dgxspark checkpoint sync: one write-only module, this sync only",
-        "address = %s" % address,
-        "port = %d" % int(port),
-        "use chroot = yes",
-        "max connections = %d" % int(max_connections),
-        "timeout = %d" % int(timeout),
-        "reverse lookup = no",
-    ]
-    if pid_file:
-        lines.append("pid file = %s" % pid_file)
-    lines += [
-        "",
-        "[%s]" % module,
-        "    path = %s" % path,
-        "    read only = false",
-        "    write only = true",
-        "    list = false",
-        "    uid = %s" % user,
-        "    gid = %s" % group,
-        "    munge symlinks = no",
-        "    hosts allow = %s" % " ".join(allow),
-        "    hosts deny = *",
-    ]
-    if secrets_file and auth_user:
-        lines += ["    auth users = %s" % auth_user, "    secrets file = %s" % secrets_file, "    strict modes = yes"]
-    return "\n".join(lines) + "\n"

@@ -9,7 +9,7 @@ __metaclass__ = type
 import pytest
 
 from ansible_collections.dgxspark.cluster.plugins.filter.inventory import FilterModule
-from ansible_collections.dgxspark.cluster.plugins.module_utils.inventory import inventory_problems
+from ansible_collections.dgxspark.cluster.plugins.module_utils.inventory import inventory_problems, spec_problems
 
 HEAD = {"dgxspark_fabric_rails": [{"netdev": "enp1s0f1np1", "ipv4": "192.168.100.1"}]}
 WORKER = {"dgxspark_fabric_rails": [{"netdev": "enp1s0f1np1", "ipv4": "192.168.100.2"}]}
@@ -40,7 +40,7 @@ CASES = [
     ("missing-rails", None, {"h": HEAD, "w": {}},
      ["w: dgxspark_fabric_rails is not set, expected a list of {netdev, ipv4}"]),
     ("rails-a-string", None, {"h": HEAD, "w": {"dgxspark_fabric_rails": "192.168.100.2"}},
-     ["w: dgxspark_fabric_rails is '192.168.100.2' (str), expected a list of {netdev, ipv4}"]),
+     ["w: dgxspark_fabric_rails is '192.168.100.2' (string), expected a list of {netdev, ipv4}"]),
     ("rails-empty", None, {"h": HEAD, "w": {"dgxspark_fabric_rails": []}},
      ["w: dgxspark_fabric_rails is empty"]),
     ("rail-not-a-dict", None, {"h": HEAD, "w": {"dgxspark_fabric_rails": ["192.168.100.2"]}},
@@ -81,3 +81,33 @@ def test_hosts_outside_the_play_are_not_checked():
 def test_a_wider_prefix_joins_two_subnets():
     hv = {"h": HEAD, "w": {"dgxspark_fabric_rails": [{"netdev": "enp1s0f1np1", "ipv4": "192.168.101.2"}]}}
     assert check(hostvars=hv, fabric_prefix=16) == []
+
+
+NIC_SPEC = {
+    "nic_reboot_ok": {"type": "bool", "default": False},
+    "nic_mtu": {"type": "int", "default": 9000},
+    "nic_bandwidth_healthy_gbps": {"type": "float"},
+    "nic_roce_version": {"type": "str", "choices": ["v1", "v2"]},
+    "nic_packages": {"type": "list", "elements": "str"},
+    "nic_nccl_static_env": {"type": "dict"},
+}
+
+SPEC_CASES = [
+    ("quoted-bool", {"nic_reboot_ok": "yes"}, "h: nic_reboot_ok is 'yes' (string), expected a boolean (true or false, unquoted) (role nic)"),
+    ("quoted-int", {"nic_mtu": "9000"}, "h: nic_mtu is '9000' (string), expected an integer (role nic)"),
+    ("bool-for-int", {"nic_mtu": True}, "h: nic_mtu is True (boolean), expected an integer (role nic)"),
+    ("bad-choice", {"nic_roce_version": "v3"}, "h: nic_roce_version is 'v3', expected one of v1, v2 (role nic)"),
+    ("list-element", {"nic_packages": ["perftest", 7]}, "h: nic_packages[1] is 7 (integer), expected a string (role nic)"),
+    ("dict-for-list", {"nic_packages": {"a": 1}}, "h: nic_packages is {'a': 1} (dict), expected a list (role nic)"),
+]
+
+
+@pytest.mark.parametrize("values,message", [c[1:] for c in SPEC_CASES], ids=[c[0] for c in SPEC_CASES])
+def test_spec_problems_name_the_variable(values, message):
+    assert spec_problems("h", "nic", NIC_SPEC, values) == [message]
+
+
+def test_spec_problems_accept_good_values_and_ignore_unknown_names():
+    good = {"nic_reboot_ok": False, "nic_mtu": 9000, "nic_bandwidth_healthy_gbps": 80, "nic_roce_version": "v2",
+            "nic_packages": [], "nic_nccl_static_env": {"NCCL_NET": "IB"}, "nic_reboot_required": "whatever"}
+    assert spec_problems("h", "nic", NIC_SPEC, good) == []

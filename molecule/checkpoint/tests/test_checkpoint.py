@@ -1,0 +1,119 @@
+"""Live state of the checkpoint scenario's sim pair after converge, idempotence, check
+and side_effect (interrupted sync, corrupted blobs, refs/main newline, daemon transport,
+lookalikes, page cache drop).
+"""
+
+import json
+import os
+
+import yaml
+
+SCENARIO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REV = "9e165c30e2704aec5d9d593cce3eebd58bbef1cb"
+CACHE = "/var/lib/dgxspark/huggingface/hub"
+REPO_DIR = CACHE + "/models--deepseek-ai--DeepSeek-V4-Flash-0731"
+HOME = "/var/lib/dgxspark/checkpoint"
+
+with open(os.path.join(SCENARIO, "inventory", "hosts.yml"), encoding="utf-8") as _handle:
+    _INV = yaml.safe_load(_handle)["all"]["children"]["spark"]["children"]
+HEAD_FABRIC = _INV["spark_head"]["hosts"]["spark-head"]["dgxspark_fabric_rails"][0]["ipv4"]
+WORKER_FABRIC = _INV["spark_workers"]["hosts"]["spark-worker"]["dgxspark_fabric_rails"][0]["ipv4"]
+
+# What a node's copy looks like, computed on the node (paths, sizes, mtimes, link targets).
+LISTING = r"""
+import json, os, sys
+root = sys.argv[1]
+out = {}
+for base, dirs, files in os.walk(root):
+    dirs[:] = [d for d in dirs if not (base == root and d == "trees")]
+    for name in files + [d for d in dirs if os.path.islink(os.path.join(base, d))]:
+        path = os.path.join(base, name)
+        rel = os.path.relpath(path, root)
+        out[rel] = os.readlink(path) if os.path.islink(path) else [os.path.getsize(path), int(os.path.getmtime(path))]
+print(json.dumps(out, sort_keys=True))
+"""
+
+
+def listing(host):
+    return json.loads(host.check_output("python3 -c %s %s" % (quote(LISTING), REPO_DIR)))
+
+
+def quote(text):
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def test_refs_main_is_exactly_the_sha(host):
+    assert host.file(REPO_DIR + "/refs/main").content == REV.encode()
+
+
+def test_snapshot_links_resolve_into_the_repo_blobs(host):
+    out = host.check_output("find %s/snapshots/%s -type l -printf '%%p\\n'" % (REPO_DIR, REV))
+    links = out.split()
+    assert len(links) == 18  # 12 shards + 6 small files of the stand-in repo
+    bad = host.run("find %s/snapshots/%s -xtype l" % (REPO_DIR, REV)).stdout.split()
+    assert bad == []
+
+
+def test_no_unfinished_or_stray_blob(host):
+    names = host.check_output("ls -A %s/blobs" % REPO_DIR).split()
+    assert names and all(len(n) in (40, 64) for n in names), names
+
+
+def test_worker_copy_equals_the_head(host):
+    if host.backend.get_hostname() != "spark-worker":
+        return
+    head = host.get_host("ssh://spark-head", ssh_config=host.backend.ssh_config, sudo=True)
+    assert listing(host) == listing(head)
+
+
+def test_blobs_hash_to_their_names(host):
+    out = host.check_output("cd %s/blobs && for f in $(ls | grep -E '^[0-9a-f]{64}$'); do "
+                            "[ \"$(sha256sum $f | cut -c1-64)\" = \"$f\" ] || echo BAD $f; done; echo done" % REPO_DIR)
+    assert "BAD" not in out
+
+
+def test_the_cache_belongs_to_the_checkpoint_user(host):
+    assert host.file(REPO_DIR).user == "dgxspark-ckpt"
+    assert host.user("dgxspark-ckpt").password in ("!", "!*", "*")
+
+
+def test_worker_authorizes_the_head_only_from_its_fabric_address(host):
+    if host.backend.get_hostname() != "spark-worker":
+        return
+    keys = host.file(HOME + "/.ssh/authorized_keys")
+    assert keys.mode == 0o600
+    line = keys.content_string.strip()
+    assert line.startswith('from="%s",restrict,command="/usr/bin/rrsync -wo -no-del -no-lock %s" ssh-ed25519 '
+                           % (HEAD_FABRIC, CACHE))
+
+
+def test_head_pins_the_worker_host_key_under_its_fabric_address(host):
+    if host.backend.get_hostname() != "spark-head":
+        return
+    known = host.file(HOME + "/.ssh/known_hosts_transfer").content_string.split("\n")
+    assert any(line.startswith(WORKER_FABRIC + " ssh-ed25519 ") for line in known)
+    assert host.file(HOME + "/.ssh/id_ed25519_transfer").mode == 0o600
+
+
+def test_no_token_file_no_daemon_left(host):
+    assert not host.file(HOME + "/hf-home/token").exists
+    assert not host.file("/run/dgxspark-checkpoint").exists
+    assert host.run("systemctl is-active dgxspark-checkpoint-rsyncd.service").stdout.strip() != "active"
+
+
+def test_an_offline_start_resolves_main_from_the_cache(host):
+    if host.backend.get_hostname() != "spark-head":
+        return
+    cmd = ("HF_HUB_OFFLINE=1 HF_HUB_CACHE=%s /opt/dgxspark/hf-tools/bin/python -c "
+           "\"from huggingface_hub import snapshot_download; "
+           "print(snapshot_download('deepseek-ai/DeepSeek-V4-Flash-0731', revision='main'))\"" % CACHE)
+    assert host.check_output(cmd).strip() == "%s/snapshots/%s" % (REPO_DIR, REV)
+
+
+def test_the_stored_manifest_lists_the_pinned_revision(host):
+    if host.backend.get_hostname() != "spark-head":
+        return
+    path = "%s/manifests/models--deepseek-ai--DeepSeek-V4-Flash-0731@%s.json" % (HOME, REV)
+    manifest = json.loads(host.file(path).content_string)
+    assert manifest["revision"] == REV and manifest["last_modified"].startswith("2026-08-01")
+    assert len([f for f in manifest["files"] if f.endswith(".safetensors")]) == 12

@@ -156,8 +156,11 @@ def spec_problems(host, role, options, values):
         if value is None and not spec.get("required"):
             continue
         if not _type_ok(kind, value):
-            problems.append("%s: %s is %r (%s), expected %s (role %s)"
-                            % (host, name, value, _kind(value), _TYPE_NAMES.get(kind, kind), role))
+            hint = ""
+            if isinstance(value, str) and kind in ("bool", "int", "float"):
+                hint = "; on the command line pass JSON: -e '{\"%s\": ...}'" % name
+            problems.append("%s: %s is %r (%s), expected %s (role %s%s)"
+                            % (host, name, value, _kind(value), _TYPE_NAMES.get(kind, kind), role, hint))
             continue
         choices = spec.get("choices")
         if choices and kind != "list" and value not in choices:

@@ -171,10 +171,15 @@ evicted_bytes:
   description: Bytes advised out of the page cache.
   type: int
   returned: always
+seconds:
+  description: Time the check took.
+  type: float
+  returned: always
 """
 
 import os
 import pwd
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -215,6 +220,7 @@ def main():
                         module.fail_json(msg="owner %s does not exist" % params["owner"])
                     uid, gid = entry.pw_uid, entry.pw_gid
                 hf_cache.write_ref(repo_dir, params["revision"], params["ref_name"], uid, gid)
+    started = time.time()
     try:
         report = hf_cache.verify_cache(
             params["cache_dir"], params["repo_id"], params["revision"], manifest=params["manifest"],
@@ -234,6 +240,7 @@ def main():
         summary=hf_cache.summarize(report["problems"]),
         repairable=all(p["kind"] in hf_cache.REPAIRABLE for p in report["problems"]),
         evicted_bytes=evicted,
+        seconds=round(time.time() - started, 3),
     )
     module.exit_json(**report)
 

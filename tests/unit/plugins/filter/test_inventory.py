@@ -93,8 +93,10 @@ NIC_SPEC = {
 }
 
 SPEC_CASES = [
-    ("quoted-bool", {"nic_reboot_ok": "yes"}, "h: nic_reboot_ok is 'yes' (string), expected a boolean (true or false, unquoted) (role nic)"),
-    ("quoted-int", {"nic_mtu": "9000"}, "h: nic_mtu is '9000' (string), expected an integer (role nic)"),
+    ("quoted-bool", {"nic_reboot_ok": "yes"}, "h: nic_reboot_ok is 'yes' (string), expected a boolean (true or false, unquoted) "
+     "(role nic; on the command line pass JSON: -e '{\"nic_reboot_ok\": ...}')"),
+    ("quoted-int", {"nic_mtu": "9000"}, "h: nic_mtu is '9000' (string), expected an integer "
+     "(role nic; on the command line pass JSON: -e '{\"nic_mtu\": ...}')"),
     ("bool-for-int", {"nic_mtu": True}, "h: nic_mtu is True (boolean), expected an integer (role nic)"),
     ("bad-choice", {"nic_roce_version": "v3"}, "h: nic_roce_version is 'v3', expected one of v1, v2 (role nic)"),
     ("list-element", {"nic_packages": ["perftest", 7]}, "h: nic_packages[1] is 7 (integer), expected a string (role nic)"),

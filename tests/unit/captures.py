@@ -129,3 +129,10 @@ def ib_port(gids: list[str], netdev: str | None = None, up: bool = True, number:
 
 def gid(index: int, value: str, ndev: str | None, v2: bool = False) -> dict[str, Any]:
     return {"index": index, "gid": value, "type": rdma.TYPE_V2 if v2 else rdma.TYPE_V1, "ndev": ndev}
+
+
+def read_capture(path: Path) -> tuple[list[str], str]:
+    """``(header lines, body)`` of a capture; the body is byte-exact (see capture_body)."""
+    text = path.read_bytes().decode("utf-8")
+    header = [line for line in text[: len(text) - len(capture_body(path))].split("\n") if line.startswith("# ")]
+    return header, capture_body(path)

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils import roce_gids as rg
+from captures import samples_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 RESOLVER = REPO_ROOT / 'roles' / 'nic' / 'files' / 'dgxspark_nccl_resolve.py'
 LIB_DIR = REPO_ROOT / 'plugins' / 'module_utils'
-SHARED_DIR = Path(os.environ['SPARK_SHARED_DIR']) if os.environ.get('SPARK_SHARED_DIR') else REPO_ROOT / '..' / 'shared'
-SHOW_GIDS_DIR = SHARED_DIR / 'samples' / 'show_gids'
+SHOW_GIDS_DIR = samples_dir() / 'show_gids'
 
 LL0 = 'fe80:0000:0000:0000:0ac0:ebff:fe21:03da'
 LL1 = 'fe80:0000:0000:0000:0ac0:ebff:fe21:03db'

@@ -13,28 +13,15 @@ import os
 import random
 import re
 import stat
-from pathlib import Path
 
 import pytest
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils import roce_gids as rg
+from captures import captures, read_capture, samples_dir
 
-REPO_ROOT = Path(__file__).resolve().parents[4]
-SHARED_DIR = Path(os.environ['SPARK_SHARED_DIR']) if os.environ.get('SPARK_SHARED_DIR') else REPO_ROOT / '..' / 'shared'
-SHOW_GIDS_DIR = SHARED_DIR / 'samples' / 'show_gids'
-CAPTURES = sorted(SHOW_GIDS_DIR.glob('*.txt')) if SHOW_GIDS_DIR.is_dir() else []
+SHOW_GIDS_DIR = samples_dir() / 'show_gids'
+CAPTURES = captures('show_gids')
 UNUSED_IP = '198.51.100.77'  # TEST-NET-2, in no capture
-
-
-def read_capture(path):
-    """Return (header lines, body) of a capture: '# ' header lines, one blank line, then the body byte-exact."""
-    text = path.read_bytes().decode('utf-8')
-    lines = text.split('\n')
-    header = []
-    while lines and lines[0].startswith('#'):
-        header.append(lines.pop(0))
-    assert lines and lines[0].strip() == '', '%s: header not followed by a blank line' % path.name
-    return header, '\n'.join(lines[1:])
 
 
 def expect_line(header):

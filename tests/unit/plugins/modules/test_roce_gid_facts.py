@@ -15,10 +15,10 @@ import pytest
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 from ansible_collections.dgxspark.cluster.plugins.modules import roce_gid_facts
+from captures import samples_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[4]
-SHARED_DIR = Path(os.environ['SPARK_SHARED_DIR']) if os.environ.get('SPARK_SHARED_DIR') else REPO_ROOT / '..' / 'shared'
-SHOW_GIDS_DIR = SHARED_DIR / 'samples' / 'show_gids'
+SHOW_GIDS_DIR = samples_dir() / 'show_gids'
 
 LL0 = 'fe80:0000:0000:0000:0ac0:ebff:fe21:03da'
 LL1 = 'fe80:0000:0000:0000:0ac0:ebff:fe21:03db'

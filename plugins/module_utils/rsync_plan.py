@@ -30,16 +30,20 @@ import re
 SSH_CIPHER = "aes128-gcm@openssh.com"
 
 
+AUTO_STREAMS_MAX = 8
+
+
 def stream_count(requested, cores, files):
-    """How many parallel streams: ``requested`` (0 = one per core), at most one per file, at least 1."""
-    wanted = int(requested) if int(requested) > 0 else int(cores or 1)
+    """How many parallel streams: ``requested`` (0 = one per core, at most 8: beyond that the disks, not
+    the cores, bound a checkpoint copy), at most one per file, at least 1."""
+    wanted = int(requested) if int(requested) > 0 else min(int(cores or 1), AUTO_STREAMS_MAX)
     return max(1, min(wanted, len(files))) if files else 1
 
 
 def plan_streams(files, streams):
     """Split ``[(path, size), ...]`` into ``streams`` lists of paths with near-equal byte totals
     (largest first onto the lightest stream); empty lists are dropped, order within a list is by path."""
-    bins = [[0, []] for _ in range(max(1, int(streams)))]
+    bins = [[0, []] for dummy in range(max(1, int(streams)))]
     for path, size in sorted(files, key=lambda item: (-int(item[1]), item[0])):
         lightest = min(bins, key=lambda b: b[0])
         lightest[0] += int(size)

@@ -19,8 +19,8 @@ description:
   - Transport C(ssh) (default) uses a dedicated key, pinned host keys (never StrictHostKeyChecking=no)
     and the seeds' cipher C(aes128-gcm@openssh.com). Transport C(daemon) talks to an rsync daemon the
     caller started on the worker's fabric address (plain TCP, for the private point-to-point link).
-  - Every rsync gets an I/O timeout (C(--timeout)) and the whole sync a wall-clock O(timeout): on expiry
-    the streams are terminated and the module fails, so a broken peer cannot hang the play.
+  - Every rsync gets an I/O timeout (C(--timeout)) and the whole sync a wall-clock limit, O(timeout); on
+    expiry the streams are terminated and the module fails, so a broken peer cannot hang the play.
   - Runs rsync as O(run_as) (privileges dropped), with the daemon password only in the environment.
 author:
   - dgxspark.cluster maintainers (!UNKNOWN)
@@ -84,7 +84,7 @@ options:
     description: Password of O(user) at the daemon (passed in the environment, never in argv).
     type: str
   streams:
-    description: Parallel rsync streams for the blobs; C(0) = one per core of the head.
+    description: Parallel rsync streams for the blobs; C(0) = one per core of the head, at most 8.
     type: int
     default: 0
   io_timeout:
@@ -153,8 +153,6 @@ msg:
 import os
 import pwd
 import shutil
-import signal
-import subprocess
 import tempfile
 import threading
 import time
@@ -164,65 +162,40 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dgxspark.cluster.plugins.module_utils import hf_cache, rsync_plan
 
 
-def _demote(user):
-    """preexec_fn that drops to ``user`` (and returns its HOME), or (None, None) to stay as we are."""
-    if not user:
-        return None, None
-    entry = pwd.getpwnam(user)
+def _run_parallel(module, argvs, env, run_as, deadline, started):
+    """Run rsync argvs at once (one thread each, ``module.run_command``), each under ``timeout(1)``
+    with what is left of the wall-clock budget; fails the module on error or when time runs out.
+    Returns the outputs."""
+    remaining = int(deadline - time.time())
+    if remaining <= 0:
+        _timed_out(module, started)
+    results = [None] * len(argvs)
+    prefix = ["timeout", "--signal=TERM", "--kill-after=15", str(remaining)]
+    if run_as:
+        prefix += ["runuser", "-u", run_as, "--"]
 
-    def demote():
-        os.setgid(entry.pw_gid)
-        os.initgroups(user, entry.pw_gid)
-        os.setuid(entry.pw_uid)
-    return demote, entry
-
-
-def _start(argv, env, demote):
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                            preexec_fn=demote, start_new_session=True, universal_newlines=True)
-
-
-def _stop(procs):
-    for proc in procs:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-    deadline = time.time() + 10
-    for proc in procs:
-        try:
-            proc.wait(max(0.1, deadline - time.time()))
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
-def _run_parallel(module, argvs, env, demote, deadline, started):
-    """Run rsync argvs at once; returns their outputs; fails the module on error or at the deadline."""
-    procs = [_start(argv, env, demote) for argv in argvs]
-    outputs = [[] for _ in procs]
-
-    def reader(index, proc):
-        for line in proc.stdout:
-            outputs[index].append(line)
-    threads = [threading.Thread(target=reader, args=(i, p), daemon=True) for i, p in enumerate(procs)]
+    def run(index, argv):
+        results[index] = module.run_command(prefix + argv, environ_update=env)
+    threads = [threading.Thread(target=run, args=(i, argv)) for i, argv in enumerate(argvs)]
     for thread in threads:
         thread.start()
-    while any(proc.poll() is None for proc in procs):
-        if time.time() > deadline:
-            _stop(procs)
-            module.fail_json(msg="checkpoint sync to %s timed out after %ds (timeout): the streams were stopped; "
-                             "partial files stay (--partial) and the next run resumes from them"
-                             % (module.params["dest_host"], module.params["timeout"]),
-                             seconds=round(time.time() - started, 1), timed_out=True)
-        time.sleep(0.2)
     for thread in threads:
-        thread.join(5)
-    for proc, output in zip(procs, outputs):
-        if proc.returncode not in (0, 24):
-            text = "".join(output)
-            module.fail_json(msg="rsync to %s exited %d: %s" % (module.params["dest_host"], proc.returncode,
-                                                                text.strip()[-1500:]),
-                             cmd=" ".join(proc.args), rc=proc.returncode, seconds=round(time.time() - started, 1))
-    return ["".join(output) for output in outputs]
+        thread.join()
+    if any(rc in (124, 137) for rc, _out, _err in results):
+        _timed_out(module, started)
+    for argv, (rc, out, err) in zip(argvs, results):
+        if rc not in (0, 24):
+            module.fail_json(msg="rsync to %s exited %d: %s" % (module.params["dest_host"], rc,
+                                                                (err or out).strip()[-1500:]),
+                             cmd=" ".join(argv), rc=rc, seconds=round(time.time() - started, 1))
+    return [out for _rc, out, _err in results]
+
+
+def _timed_out(module, started):
+    module.fail_json(msg="checkpoint sync to %s timed out after %ds (timeout): the streams were stopped; "
+                     "partial files stay (--partial) and the next run resumes from them"
+                     % (module.params["dest_host"], module.params["timeout"]),
+                     seconds=round(time.time() - started, 1), timed_out=True)
 
 
 def main():
@@ -258,13 +231,12 @@ def main():
     if not os.path.isdir(os.path.join(src, "blobs")):
         module.fail_json(msg="%s has no blobs/: nothing to sync (verify the head first)" % src)
     rsync = shutil.which("rsync") or module.fail_json(msg="rsync is not installed on the head")
-    try:
-        demote, entry = _demote(params["run_as"])
-    except KeyError:
-        module.fail_json(msg="run_as user %s does not exist" % params["run_as"])
-    env = dict(os.environ)
-    if entry is not None:
-        env.update(HOME=entry.pw_dir, USER=params["run_as"], LOGNAME=params["run_as"])
+    if params["run_as"]:
+        try:
+            pwd.getpwnam(params["run_as"])
+        except KeyError:
+            module.fail_json(msg="run_as user %s does not exist" % params["run_as"])
+    env = {}
     ssh = None
     if params["transport"] == "ssh":
         ssh = rsync_plan.ssh_command(params["ssh_key"], params["known_hosts"], params["ssh_cipher"],
@@ -301,11 +273,11 @@ def main():
         if repair:
             outputs += _run_parallel(module, [rsync_plan.rsync_argv(
                 src, dest, files_from=files_from("repair", repair), ignore_times=True, **common)],
-                env, demote, deadline, started)
+                env, params["run_as"], deadline, started)
         outputs += _run_parallel(module, [rsync_plan.rsync_argv(
             src, dest, files_from=files_from("stream%d" % i, group), **common) for i, group in enumerate(groups)],
-            env, demote, deadline, started)
-        outputs += _run_parallel(module, [rsync_plan.rsync_argv(src, dest, **common)], env, demote, deadline, started)
+            env, params["run_as"], deadline, started)
+        outputs += _run_parallel(module, [rsync_plan.rsync_argv(src, dest, **common)], env, params["run_as"], deadline, started)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -52,8 +52,8 @@ def main(argv):
                 with open(path, "rb") as handle:
                     readme = handle.read(65536).decode("utf-8", "replace")
     except Exception as error:  # the hub's errors: RepositoryNotFound, RevisionNotFound, HTTP, network
-        sys.stderr.write("%s @ %s: %s: %s\n" % (repo_id, revision, type(error).__name__,
-                                                 str(error).strip().splitlines()[0] if str(error).strip() else ""))
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        sys.stderr.write("%s @ %s: %s: %s\n" % (repo_id, revision, type(error).__name__, first))
         return 2
     modified = info.last_modified.isoformat() if info.last_modified else None
     json.dump({"repo_id": repo_id, "revision": info.sha, "last_modified": modified, "readme_head": readme,

@@ -76,3 +76,40 @@ def test_write_proc_follows_a_state_edit(node):
     state["gpu"]["driver_loaded"] = False
     gpumod.write_proc(state)
     assert not proc.exists()
+
+
+def _spark_sim_module():
+    import importlib.machinery
+    import importlib.util
+    loader = importlib.machinery.SourceFileLoader("spark_sim_cli", str(REPO / "sim" / "spark-sim"))
+    spec = importlib.util.spec_from_loader("spark_sim_cli", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def test_spark_sim_installs_what_the_inventory_says_a_node_ships_with(tmp_path):
+    """spark_sim_driver_version / spark_sim_cuda_toolkits / spark_sim_preinstalled -> apt specs
+    (the driver's package names follow its branch: -580 up to 580, none from 590 on)."""
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(
+        "all:\n  vars:\n    spark_sim_mgmt_subnet: 10.77.250.0/24\n    spark_sim_fabric_subnets: [192.168.250.0/24]\n"
+        "  children:\n    spark_head:\n      hosts:\n        a:\n          ansible_host: 10.77.250.11\n"
+        "          dgxspark_fabric_rails: [{netdev: enp1s0f1np1, ipv4: 192.168.250.1}]\n"
+        "    spark_workers:\n      hosts:\n"
+        "        b:\n          ansible_host: 10.77.250.12\n"
+        "          dgxspark_fabric_rails: [{netdev: enp1s0f1np1, ipv4: 192.168.250.2}]\n"
+        "          spark_sim_driver_version: ''\n"
+        "        c:\n          ansible_host: 10.77.250.13\n"
+        "          dgxspark_fabric_rails: [{netdev: enp1s0f1np1, ipv4: 192.168.250.3}]\n"
+        "          spark_sim_driver_version: 590.48.01\n          spark_sim_cuda_toolkits: ['13.0', '13.3']\n"
+        "          spark_sim_preinstalled: [nvidia-driver-pinning-580]\n")
+    sim = _spark_sim_module().Sim(str(inv))
+    assert sim.preinstalled("a") == [
+        "nvidia-driver-580-open=580.173.02-*", "nvidia-dkms-580-open=580.173.02-*", "nvidia-kernel-common-580=580.173.02-*",
+        "nvidia-utils-580=580.173.02-*", "libnvidia-compute-580=580.173.02-*", "libnvidia-common-580=580.173.02-*",
+        "cuda-toolkit-13-0"]
+    assert sim.preinstalled("b") == ["cuda-toolkit-13-0"]
+    assert sim.node_options("b")["driver_version"] is None
+    assert sim.preinstalled("c")[0] == "nvidia-driver-open=590.48.01-*"
+    assert sim.preinstalled("c")[-3:] == ["cuda-toolkit-13-0", "cuda-toolkit-13-3", "nvidia-driver-pinning-580"]

@@ -19,8 +19,8 @@ def dpkg(*rows):
     return "".join("%s\t%s\t%s\n" % row for row in rows)
 
 
-def driver_rows(version, status="ii ", names=PINS):
-    return [(name, status, "%s-0ubuntu1" % version) for name in names]
+def driver_rows(version, status="ii ", names=None):
+    return [(name, status, "%s-0ubuntu1" % version) for name in (PINS if names is None else names)]
 
 
 PINNED = dpkg(*driver_rows("580.173.02", "hi "), ("nvidia-driver-pinning-580", "ii ", "580-1"),

@@ -30,6 +30,8 @@ def test_stream_count():
     assert rp.stream_count(4, 2, [1, 2, 3]) == 3
     assert rp.stream_count(0, None, [1]) == 1
     assert rp.stream_count(3, 8, []) == 1
+    assert rp.stream_count(0, 20, list(range(48))) == 8
+    assert rp.stream_count(12, 20, list(range(48))) == 12
 
 
 def test_plan_streams_balances_bytes():

@@ -16,7 +16,7 @@ description:
   - For each rail, finds the RDMA device behind the netdev with C(ibdev2netdev), reads the port state,
     physical state, rate and link layer with C(ibstat), the negotiated speed with C(ethtool) and the MTU
     from sysfs, and lists what is wrong.
-  - A link that passes every check can still be stale-initialised (about 13 Gb/s whatever the load):
+  - A link that passes every check can still be stale-initialised (about 13 Gb/s whatever the load);
     only a bandwidth test shows that (M(dgxspark.cluster.ib_write_bw)).
   - Read-only; runs in check mode.
 author:
@@ -42,8 +42,10 @@ options:
 attributes:
   check_mode:
     support: full
+    description: Read-only; runs and reports the same in check mode.
   diff_mode:
     support: none
+    description: Nothing to diff.
 notes:
   - Needs C(ibdev2netdev) (mlnx-tools), C(ibstat) (infiniband-diags) and C(ethtool) on the node.
 """

@@ -42,6 +42,7 @@ def _copy_inventory(dest):
 
 def _run_site(tmp_path, inventory, extravars=None, tags=None):
     kwargs = {}
+    (tmp_path / "runner").mkdir(parents=True, exist_ok=True)
     if tags:
         kwargs["tags"] = tags
     return ansible_runner.run(

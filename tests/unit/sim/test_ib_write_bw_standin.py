@@ -189,7 +189,7 @@ def test_healthy_rail_layout_and_numbers(tmp_path, healthy):
 
 def test_address_lines_follow_perftest_formats(tmp_path, healthy):
     args = ["-d", "rocep1s0f1", "-x", "3", "--report_gbits"]
-    _, client = pair(tmp_path, healthy, healthy, args, args)
+    _server, client = pair(tmp_path, healthy, healthy, args, args)
     local = next(line for line in client.stdout.splitlines() if line.startswith(" local address"))
     # %#04x of LID 0 is "0000" (C prints no 0x for zero); %#06x; %#08x; %#016Lx
     assert re.fullmatch(r" local address: LID 0000 QPN 0x[0-9a-f]{4,} PSN (0x[0-9a-f]{4,}|000000) "
@@ -198,7 +198,7 @@ def test_address_lines_follow_perftest_formats(tmp_path, healthy):
 
 def test_gid_index_auto_selected_like_perftest(tmp_path, healthy):
     """Without -x perftest picks the best GID (get_best_gid_index): IPv4-mapped, RoCE v2: index 5 on this twin."""
-    _, client = pair(tmp_path, healthy, healthy, ["-d", "roceP2p1s0f1"], ["-d", "roceP2p1s0f1"])
+    _server, client = pair(tmp_path, healthy, healthy, ["-d", "roceP2p1s0f1"], ["-d", "roceP2p1s0f1"])
     assert client.returncode == 0, client.stderr
     parsed = parse_ib_write_bw(client.stdout)
     assert parsed["gid_index"] == 5 and parsed["local_ipv4"] == "192.168.101.1"
@@ -223,14 +223,14 @@ def test_healthy_twin_of_a_throttled_node_only_on_its_rails(tmp_path, nodes):
     state = json.loads(Path(nodes["throttled"]["SPARK_SIM_STATE"]).read_text())
     state["hcas"][3]["ports"][0]["throttled"] = False          # roceP2p1s0f1 recovered
     statefile.save(state, node["SPARK_SIM_STATE"])
-    _, client = pair(tmp_path, node, node, ["-d", "roceP2p1s0f1", "--report_gbits"],
+    _server, client = pair(tmp_path, node, node, ["-d", "roceP2p1s0f1", "--report_gbits"],
                      ["-d", "roceP2p1s0f1", "--report_gbits"])
     assert parse_ib_write_bw(client.stdout)["gbps_average"] > 97
 
 
 def test_mb_per_sec_without_report_gbits(tmp_path, healthy):
     args = ["-d", "rocep1s0f1", "-x", "3"]
-    _, client = pair(tmp_path, healthy, healthy, args, args)
+    _server, client = pair(tmp_path, healthy, healthy, args, args)
     assert " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n" in client.stdout
     parsed = parse_ib_write_bw(client.stdout)
     assert parsed["unit"] == "MB/sec"
@@ -253,7 +253,7 @@ def test_duration_mode_is_short_and_counts_the_whole_window(tmp_path, healthy):
 
 def test_four_qps_like_the_spark_capture(tmp_path, healthy):
     args = ["-d", "rocep1s0f1", "-x", "3", "-q", "4", "--report_gbits"]
-    _, client = pair(tmp_path, healthy, healthy, args, args)
+    _server, client = pair(tmp_path, healthy, healthy, args, args)
     assert client.stdout.count(" local address:") == 4 and client.stdout.count(" remote address:") == 4
     parsed = parse_ib_write_bw(client.stdout)
     assert (parsed["qps"], parsed["iterations"]) == (4, 20000)
@@ -271,7 +271,7 @@ def test_all_sizes(tmp_path, healthy):
 
 def test_mtu_follows_the_netdev(tmp_path, nodes):
     node = nodes["mtu1500"]
-    _, client = pair(tmp_path, node, node, ["-d", "rocep1s0f1", "-x", "3"], ["-d", "rocep1s0f1", "-x", "3"])
+    _server, client = pair(tmp_path, node, node, ["-d", "rocep1s0f1", "-x", "3"], ["-d", "rocep1s0f1", "-x", "3"])
     assert " Mtu             : 1024[B]\n" in client.stdout   # the DGX Spark capture at MTU 1500
 
 
@@ -345,7 +345,7 @@ def test_long_option_prefixes(tmp_path, healthy):
     assert result.returncode == 1
     assert result.stderr.startswith("ib_write_bw: option '--report' is ambiguous; possibilities: '--report-cycles'")
     args = ["--ib-d=rocep1s0f1", "--gid-index", "3", "--report_g"]
-    _, client = pair(tmp_path, healthy, healthy, args, args)
+    _server, client = pair(tmp_path, healthy, healthy, args, args)
     assert parse_ib_write_bw(client.stdout)["unit"] == "Gb/sec"
 
 

@@ -19,7 +19,7 @@ from typing import Any, Callable
 import pytest
 
 from captures import (capture_body, captures, crlf, expand_tabs, normalise_pids, rdma, roce_port,
-                          run_tool, write_tree)
+                      run_tool, write_tree)
 
 STATES = {"Active": "ACTIVE", "Down": "DOWN", "Initializing": "INIT", "Armed": "ARMED"}
 SPEED_NAMES = {10: "4X SDR", 40: "4X QDR", 100: "4X EDR", 200: "4X HDR", 400: "4X NDR"}

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import pytest
 
 from captures import (capture_body, captures, comment_out, crlf, expand_tabs, gid, hca, ib_port,
-                          rdma, roce_port, run_tool, strip_trailing_blanks, write_tree)
+                      rdma, roce_port, run_tool, strip_trailing_blanks, write_tree)
 
 
 def _pasted(text: str) -> str:

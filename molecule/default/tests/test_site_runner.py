@@ -1,89 +1,38 @@
-"""site.yml driven through ansible-runner against the converged default pair.
+"""site.yml driven through ansible-runner against the converged default pair
+(after the reboot of side_effect).
 
-- A run of site.yml on the converged pair has no changed task on any host
-  (asserted from the event stream, naming the offenders).
-- Bad inventory input: one case per row, each must fail before anything
-  changes, with a message that names the variable; afterwards nothing on the
-  nodes is newer than a stamp taken before the bad runs.
+- site.yml run twice: neither run has a changed task on any host (asserted
+  from the event stream, naming the offenders): the first is the re-run after
+  the reboot, the second the plain idempotence of a re-run.
+- Bad inventory input: one case per row, each must fail in the preflight play,
+  before anything changes, with a message that names the variable; afterwards
+  nothing on the nodes is newer than a stamp taken before the bad runs. The
+  rows run four at a time (each is its own ansible-runner process on its own
+  copy of the inventory).
 
 These tests do not use testinfra's ``host`` fixture: they run once, from the
 controller, while molecule's verify step has the sim up.
 """
 
+import concurrent.futures
 import copy
 import os
-import shutil
-import subprocess
 
-import ansible_runner
 import pytest
+import siterun
 import yaml
 
-SCENARIO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PROJECT = os.path.dirname(os.path.dirname(SCENARIO))
-SIM_DIR = os.environ.get("SPARK_SIM_DIR") or os.path.join(PROJECT, ".sim", "molecule-default")
 NODE_PATHS = "/etc /usr/local /var/lib/dgxspark /opt"
+STAMP = "/var/tmp/dgxspark-bad-input.stamp"
 
 
-def _envvars():
-    return {
-        "ANSIBLE_CONFIG": os.path.join(PROJECT, "ansible.cfg"),
-        "ANSIBLE_COLLECTIONS_PATH": os.path.join(PROJECT, "collections"),
-        "SPARK_SIM_DIR": SIM_DIR,
-        "ANSIBLE_NOCOLOR": "1",
-    }
-
-
-def _copy_inventory(dest):
-    """The scenario inventory, symlinks resolved, so a case can edit any file."""
-    shutil.copytree(os.path.join(SCENARIO, "inventory"), dest, symlinks=False)
-    return dest
-
-
-def _run_site(tmp_path, inventory, extravars=None, tags=None):
-    kwargs = {}
-    (tmp_path / "runner").mkdir(parents=True, exist_ok=True)
-    if tags:
-        kwargs["tags"] = tags
-    return ansible_runner.run(
-        private_data_dir=str(tmp_path / "runner"),
-        playbook=os.path.join(PROJECT, "site.yml"),
-        inventory=str(inventory),
-        envvars=_envvars(),
-        extravars=extravars or {},
-        quiet=True,
-        timeout=1800,
-        **kwargs
-    )
-
-
-def _changed_tasks(runner):
-    return ["%s: %s" % (ev["event_data"].get("host"), ev["event_data"].get("task"))
-            for ev in runner.events
-            if ev.get("event") == "runner_on_ok" and ev["event_data"].get("res", {}).get("changed")]
-
-
-def _failure_messages(runner):
-    out = []
-    for ev in runner.events:
-        if ev.get("event") in ("runner_on_failed", "runner_on_unreachable"):
-            res = ev["event_data"].get("res", {})
-            out.append("%s: %s" % (ev["event_data"].get("host"), res.get("msg", res)))
-    return out
-
-
-def _ssh(host, command):
-    return subprocess.run(["ssh", "-F", os.path.join(SIM_DIR, "ssh_config"), host, command],
-                          capture_output=True, text=True, timeout=120, check=False)
-
-
-def test_site_twice_second_run_changes_nothing(tmp_path):
-    inventory = os.path.join(SCENARIO, "inventory")
-    first = _run_site(tmp_path / "first", inventory)
-    assert first.rc == 0, _failure_messages(first)
-    second = _run_site(tmp_path / "second", inventory)
-    assert second.rc == 0, _failure_messages(second)
-    assert _changed_tasks(second) == [], "changed on the second run: %s" % _changed_tasks(second)
+def test_site_twice_after_the_reboot_changes_nothing(tmp_path):
+    first = siterun.run_site(tmp_path / "first")
+    assert first.rc == 0, siterun.failure_messages(first)
+    assert siterun.changed_tasks(first) == [], "changed on the re-run after the reboot: %s" % siterun.changed_tasks(first)
+    second = siterun.run_site(tmp_path / "second")
+    assert second.rc == 0, siterun.failure_messages(second)
+    assert siterun.changed_tasks(second) == [], "changed on the second run: %s" % siterun.changed_tasks(second)
 
 
 def _hosts(inv):
@@ -145,22 +94,41 @@ BAD_INVENTORY = [
     ("prefix-a-string", _set("all", "dgxspark_fabric_prefix", "24"), ["dgxspark_fabric_prefix"]),
     ("bool-as-string", _set("all", "nic_reboot_ok", "yes"), ["nic_reboot_ok", "boolean"]),
     ("mtu-a-string", _set("all", "nic_mtu", "jumbo"), ["nic_mtu"]),
+    # the roles' own checks (tasks/validate.yml), run by the preflight play
+    ("mtp-3", _set("all", "runtime_vllm_mtp_num_tokens", 3),
+     ["runtime_vllm_mtp_num_tokens", "is 3, expected at least 5"]),
+    ("gpu-utilization-0.95", _set("all", "runtime_vllm_gpu_memory_utilization", 0.95),
+     ["runtime_vllm_gpu_memory_utilization", "0.95", "at most 0.87"]),
+    ("kv-cache-dtype-unknown", _set("all", "runtime_vllm_kv_cache_dtype", "fp16"),
+     ["runtime_vllm_kv_cache_dtype", "'fp16'", "fp8_ds_mla, nvfp4_ds_mla"]),
+    ("clock-cap-9999", _set("all", "clock_cap_max_mhz", 9999),
+     ["clock_cap_max_mhz=9999", "outside the range"]),
+    ("revision-empty", _set("all", "checkpoint_revision", ""),
+     ["checkpoint_revision is \"\"", "40-hex"]),
+    ("revision-short-sha", _set("all", "checkpoint_revision", "9e165c30"),
+     ["checkpoint_revision is \"9e165c30\"", "40-hex"]),
+    ("revision-a-branch", _set("all", "checkpoint_revision", "main"),
+     ["checkpoint_revision is \"main\"", "40-hex"]),
+    ("driver-590-without-enforce", _set("all", "driver_version", "590.48.01"),
+     ["driver_version", "590.48.01", "580.173.02", "driver_enforce"]),
+    ("runtime-kind-docker", _set("all", "runtime_kind", "docker"),
+     ["runtime_kind", "'docker'", "venv, container"]),
+    # the preflight checks before serving
+    ("cache-dir-per-host", _host_set("worker", "checkpoint_cache_dir", "/srv/hub"),
+     ["checkpoint_cache_dir differs between the nodes", "spark-worker=/srv/hub"]),
+    ("disk-too-small", _set("all", "preflight_min_free_disk_gb", 1000000),
+     ["preflight_min_free_disk_gb", "checkpoint_cache_dir", "GB free"]),
+    ("stop-leftovers-a-string", _set("all", "preflight_stop_leftovers", "yes"),
+     ["preflight_stop_leftovers", "boolean"]),
+    ("fabric-ssh-closed-port", _set("all", "preflight_fabric_ssh_port", 2222),
+     ["cannot reach ssh on the fabric address of spark-worker", "preflight_fabric_ssh_port"]),
 ]
 
 
-@pytest.fixture(scope="module")
-def stamp():
-    """A file on every node; a bad run must leave nothing newer than it."""
-    for host in ("spark-head", "spark-worker"):
-        proc = _ssh(host, "sudo touch /var/tmp/dgxspark-bad-input.stamp && sleep 1")
-        assert proc.returncode == 0, proc.stderr
-    return "/var/tmp/dgxspark-bad-input.stamp"
-
-
-@pytest.mark.parametrize("case", BAD_INVENTORY, ids=[c[0] for c in BAD_INVENTORY])
-def test_bad_inventory_fails_early_and_names_the_variable(tmp_path, stamp, case):
-    _, edit, words = case
-    inventory = _copy_inventory(tmp_path / "inventory")
+def _run_case(tmp_root, case):
+    name, edit, _ = case
+    tmp_path = tmp_root / name
+    inventory = siterun.copy_inventory(tmp_path / "inventory")
     hosts_file = os.path.join(inventory, "hosts.yml")
     with open(hosts_file, encoding="utf-8") as handle:
         inv = yaml.safe_load(handle)
@@ -171,14 +139,39 @@ def test_bad_inventory_fails_early_and_names_the_variable(tmp_path, stamp, case)
     if group_vars:
         with open(os.path.join(inventory, "group_vars", "spark", "zz-case.yml"), "w", encoding="utf-8") as handle:
             yaml.safe_dump(group_vars, handle)
-    runner = _run_site(tmp_path, inventory)
-    messages = " | ".join(_failure_messages(runner))
+    return siterun.run_site(tmp_path, inventory)
+
+
+@pytest.fixture(scope="module")
+def bad_runs(tmp_path_factory):
+    """Stamp every node, then run site.yml once per row, four at a time."""
+    for host in siterun.HOSTS:
+        proc = siterun.ssh(host, "sudo touch %s && sleep 1" % STAMP)
+        assert proc.returncode == 0, proc.stderr
+    root = tmp_path_factory.mktemp("bad-inventory")
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        futures = {case[0]: pool.submit(_run_case, root, case) for case in BAD_INVENTORY}
+    return {name: future.result() for name, future in futures.items()}
+
+
+@pytest.mark.parametrize("case", BAD_INVENTORY, ids=[c[0] for c in BAD_INVENTORY])
+def test_bad_inventory_fails_in_preflight_and_names_the_variable(bad_runs, case):
+    name, _, words = case
+    runner = bad_runs[name]
+    messages = " | ".join(siterun.failure_messages(runner))
     assert runner.rc != 0, "site.yml passed with bad input"
     for word in words:
         assert word in messages, "%r not in the failure: %s" % (word, messages)
     assert "Traceback" not in messages
-    assert _changed_tasks(runner) == []
-    for host in ("spark-head", "spark-worker"):
-        proc = _ssh(host, "sudo find %s -xdev -newer %s -type f 2>/dev/null | grep -v '^/etc/ssh/' | head -20"
-                    % (NODE_PATHS, stamp))
+    assert siterun.changed_tasks(runner) == []
+    failed_plays = {ev["event_data"].get("play") for ev in runner.events
+                    if ev.get("event") in ("runner_on_failed", "runner_on_unreachable")}
+    assert failed_plays and all(p.startswith("Preflight") for p in failed_plays), failed_plays
+
+
+def test_bad_inventory_changed_nothing_on_the_nodes(bad_runs):
+    for host in siterun.HOSTS:
+        proc = siterun.ssh(host, "sudo test -f %s && sudo find %s -xdev -newer %s -type f 2>/dev/null"
+                           " | grep -v '^/etc/ssh/' | head -20" % (STAMP, NODE_PATHS, STAMP))
+        assert proc.returncode == 0, proc.stderr
         assert proc.stdout.strip() == "", "%s changed: %s" % (host, proc.stdout)

@@ -1,0 +1,79 @@
+"""Helpers for the tests that drive site.yml through ansible-runner against the
+default scenario's sim pair (imported by the test_*.py files beside it)."""
+
+import os
+import shutil
+import subprocess
+
+import ansible_runner
+
+SCENARIO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROJECT = os.path.dirname(os.path.dirname(SCENARIO))
+INVENTORY = os.path.join(SCENARIO, "inventory")
+SIM_DIR = os.environ.get("SPARK_SIM_DIR") or os.path.join(PROJECT, ".sim", "molecule-default")
+SIM_NAME = "molecule-default"
+HOSTS = ("spark-head", "spark-worker")
+
+
+def envvars():
+    return {
+        "ANSIBLE_CONFIG": os.path.join(PROJECT, "ansible.cfg"),
+        "ANSIBLE_COLLECTIONS_PATH": os.path.join(PROJECT, "collections"),
+        "SPARK_SIM_DIR": SIM_DIR,
+        "ANSIBLE_NOCOLOR": "1",
+    }
+
+
+def copy_inventory(dest):
+    """The scenario inventory, symlinks resolved, so a case can edit any file."""
+    shutil.copytree(INVENTORY, dest, symlinks=False)
+    return dest
+
+
+def run_site(tmp_path, inventory=INVENTORY, extravars=None, cmdline=None, event_handler=None):
+    """site.yml through ansible-runner; returns the runner (rc, events, stdout)."""
+    private = tmp_path / "runner"
+    private.mkdir(parents=True, exist_ok=True)
+    kwargs = {}
+    if cmdline:
+        kwargs["cmdline"] = cmdline
+    if event_handler:
+        kwargs["event_handler"] = event_handler
+    return ansible_runner.run(
+        private_data_dir=str(private),
+        playbook=os.path.join(PROJECT, "site.yml"),
+        inventory=str(inventory),
+        envvars=envvars(),
+        extravars=extravars or {},
+        quiet=True,
+        timeout=1800,
+        **kwargs
+    )
+
+
+def changed_tasks(runner):
+    """'host: task' of every task that reported changed."""
+    return ["%s: %s" % (ev["event_data"].get("host"), ev["event_data"].get("task"))
+            for ev in runner.events
+            if ev.get("event") == "runner_on_ok" and ev["event_data"].get("res", {}).get("changed")]
+
+
+def failure_messages(runner):
+    """'host: msg' of every failed or unreachable task."""
+    out = []
+    for ev in runner.events:
+        if ev.get("event") in ("runner_on_failed", "runner_on_unreachable"):
+            res = ev["event_data"].get("res", {})
+            out.append("%s: %s" % (ev["event_data"].get("host"), res.get("msg", res)))
+    return out
+
+
+def ssh(host, command):
+    """A command on a sim node over the controller's pinned ssh config."""
+    return subprocess.run(["ssh", "-F", os.path.join(SIM_DIR, "ssh_config"), host, command],
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def container(host):
+    """The docker container of a sim node (spark-sim names them <sim>-<host>)."""
+    return "%s-%s" % (SIM_NAME, host)

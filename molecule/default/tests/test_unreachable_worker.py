@@ -1,6 +1,9 @@
 """A worker that drops off the network in the middle of site.yml: the run stops
-naming that host, and the head's serving configuration and its running rank
-are left exactly as they were (no half-applied change on the pair).
+naming that host, no task runs after the fault, and the head's serving
+configuration (unit, environment files, restart mark) is left exactly as it was:
+no half-applied change on the pair. (The head's rank itself may restart: like a
+real one, the stand-in's engine exits when its TP peer stops answering, and
+systemd brings it back; that is not Ansible's doing and is not asserted here.)
 
 The change under way is a knob that would rewrite and restart both ranks
 (max_num_seqs 8); the worker is paused (docker pause: its ssh stops answering)
@@ -8,14 +11,14 @@ as soon as the Runtime play starts, i.e. after the first plays ran on both.
 """
 
 import subprocess
+import time
 
 import siterun
 
-# What the head serves with: the unit, its environment files, the check script.
+# What the head serves with: the unit, its environment files, the check script, the restart mark.
 HEAD_FILES = ("/etc/systemd/system/dgxspark-vllm.service /etc/dgxspark/vllm.env "
               "/etc/dgxspark/vllm-secret.env /usr/local/lib/dgxspark/dgxspark_vllm_check.py")
-HEAD_STATE = ("sudo sha256sum %s; sudo ls /var/lib/dgxspark; "
-              "systemctl show -p MainPID -p ActiveEnterTimestampMonotonic -p NRestarts dgxspark-vllm" % HEAD_FILES)
+HEAD_STATE = "sudo sha256sum %s && sudo ls /var/lib/dgxspark" % HEAD_FILES
 
 
 def _head_snapshot():
@@ -61,6 +64,11 @@ def test_worker_unreachable_mid_run_names_it_and_leaves_the_head_untouched(tmp_p
     assert later == [], "tasks ran after the worker was lost: %s" % later
     assert _head_snapshot() == before
 
-    # the worker answers again once it is back (nothing left half-done that breaks the next run)
-    proc = siterun.ssh("spark-worker", "systemctl is-active dgxspark-vllm")
+    # the worker answers again once it is back and its rank runs (systemd restarts it
+    # if it lost its peer meanwhile): nothing left half-done that breaks the next run
+    for _ in range(60):
+        proc = siterun.ssh("spark-worker", "systemctl is-active dgxspark-vllm")
+        if proc.stdout.strip() == "active":
+            break
+        time.sleep(2)
     assert proc.stdout.strip() == "active", proc.stdout + proc.stderr

@@ -85,11 +85,12 @@ def test_resolver_wrote_the_new_index_before_the_unit_started(host, expected):
     unit = host.service("dgxspark-vllm")
     assert unit.is_enabled
     assert unit.is_running
-    started = host.check_output("systemctl show -p ExecMainStartTimestampMonotonic --value dgxspark-vllm")
+    # ExecStartPre (the resolver) ran at this boot, before the rank's main process started
+    started = host.check_output("systemctl show -p ExecMainStartTimestamp --value --timestamp=unix dgxspark-vllm")
     written = host.check_output("stat -c %Y /run/dgxspark/nccl.env")
     boot = host.check_output("stat -c %Y /run/spark-sim/boot_id")
     assert int(written) >= int(boot), "nccl.env is older than this boot"
-    assert int(started) > 0
+    assert int(written) <= int(started.lstrip("@")), "nccl.env was written after the rank started (%s > %s)" % (written, started)
 
 
 def test_clock_cap_is_back_before_the_unit(host):

@@ -259,3 +259,31 @@ def load_stamp(path):
 
 def dump_stamp(stamp):
     return json.dumps(stamp, sort_keys=True, indent=1) + "\n"
+
+
+CONTENT_DIRS = ("roles", "plugins", "playbooks")
+
+
+def content_digest(root, subdirs=CONTENT_DIRS):
+    """sha256 over the relative path and bytes of every file under root/<subdir> (no __pycache__, no .pyc).
+
+    A new version of the collection (a role's task, template or default, a plugin) is a new input:
+    the next run converges in full and records again.
+    """
+    sha = hashlib.sha256()
+    for sub in subdirs:
+        base = os.path.join(root, sub)
+        for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
+            dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+            for name in sorted(filenames):
+                if name.endswith(".pyc"):
+                    continue
+                full = os.path.join(dirpath, name)
+                sha.update(os.path.relpath(full, root).encode("utf-8", "surrogateescape") + b"\0")
+                try:
+                    with open(full, "rb") as handle:
+                        sha.update(handle.read())
+                except OSError as exc:
+                    sha.update(("unreadable %s" % exc.strerror).encode("utf-8"))
+                sha.update(b"\0")
+    return sha.hexdigest()

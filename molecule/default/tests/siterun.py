@@ -77,3 +77,23 @@ def ssh(host, command):
 def container(host):
     """The docker container of a sim node (spark-sim names them <sim>-<host>)."""
     return "%s-%s" % (SIM_NAME, host)
+
+
+FAST_PATH_REPORT = "Report the fast path, or what drifted"
+
+
+def fast_path_reports(runner):
+    """{host: the preflight's fast-path report} ('... nothing drifted ...' or '... full run: <what drifted>')."""
+    return {ev["event_data"].get("host"): ev["event_data"]["res"].get("msg", "")
+            for ev in runner.events
+            if ev.get("event") == "runner_on_ok" and ev["event_data"].get("task") == FAST_PATH_REPORT}
+
+
+def ok_counts(runner):
+    """{host: number of tasks that ran (ok or changed, not skipped)}."""
+    counts = {}
+    for ev in runner.events:
+        if ev.get("event") == "runner_on_ok":
+            host = ev["event_data"].get("host")
+            counts[host] = counts.get(host, 0) + 1
+    return counts

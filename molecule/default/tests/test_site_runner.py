@@ -30,9 +30,47 @@ def test_site_twice_after_the_reboot_changes_nothing(tmp_path):
     first = siterun.run_site(tmp_path / "first")
     assert first.rc == 0, siterun.failure_messages(first)
     assert siterun.changed_tasks(first) == [], "changed on the re-run after the reboot: %s" % siterun.changed_tasks(first)
+    # the reboot reshuffled the GIDs: the nic role's stamp no longer holds, so this run converged in full
+    reports = siterun.fast_path_reports(first)
+    assert sorted(reports) == list(siterun.HOSTS), reports
+    assert all(": full run: " in msg for msg in reports.values()), reports
+    assert any("nic: " in msg for msg in reports.values()), reports
+    assert min(siterun.ok_counts(first).values()) > 100, siterun.ok_counts(first)
     second = siterun.run_site(tmp_path / "second")
     assert second.rc == 0, siterun.failure_messages(second)
     assert siterun.changed_tasks(second) == [], "changed on the second run: %s" % siterun.changed_tasks(second)
+    # nothing drifted since the first run recorded its stamps: the fast path, a handful of tasks per host
+    reports = siterun.fast_path_reports(second)
+    assert all("nothing drifted on any node" in msg for msg in reports.values()) and len(reports) == 2, reports
+    assert max(siterun.ok_counts(second).values()) < 20, siterun.ok_counts(second)
+
+
+# (host, what to break, what the fast-path report must name, the task that must repair it)
+DRIFT = [
+    ("spark-worker", "sudo rm -f /etc/dgxspark/nccl-static.env",
+     "path:/etc/dgxspark/nccl-static.env: was file", "Write the static NCCL settings the resolver merges in"),
+    ("spark-head", "sudo chmod 0600 /etc/apt/apt.conf.d/51dgxspark-nvidia-driver",
+     "path:/etc/apt/apt.conf.d/51dgxspark-nvidia-driver: was file 0644", "Keep unattended-upgrades away from the NVIDIA driver and CUDA packages"),
+]
+
+
+def test_drift_on_a_node_turns_the_fast_path_off_and_is_repaired(tmp_path):
+    """Break what two roles manage on two nodes of a converged pair: the next run names the drift, converges in
+    full and repairs exactly that; the run after it takes the fast path again."""
+    for host, command, _, _ in DRIFT:
+        proc = siterun.ssh(host, command)
+        assert proc.returncode == 0, proc.stderr
+    repair = siterun.run_site(tmp_path / "repair")
+    assert repair.rc == 0, siterun.failure_messages(repair)
+    reports = siterun.fast_path_reports(repair)
+    changed = siterun.changed_tasks(repair)
+    for host, _, named, task in DRIFT:
+        assert named in reports[host], reports
+        assert any(line.startswith(host + ": ") and line.endswith(task) for line in changed), changed
+    again = siterun.run_site(tmp_path / "again")
+    assert again.rc == 0, siterun.failure_messages(again)
+    assert siterun.changed_tasks(again) == [], siterun.changed_tasks(again)
+    assert all("nothing drifted on any node" in msg for msg in siterun.fast_path_reports(again).values())
 
 
 def _hosts(inv):

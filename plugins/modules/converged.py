@@ -124,7 +124,7 @@ def run_module():
     env = dict(LANG="C", LC_ALL="C")
 
     def run(argv):
-        return module.run_command(argv, environ_update=env)
+        return module.run_command(argv, environ_update=env, handle_exceptions=False)
 
     if params["state"] == "check":
         drift = []

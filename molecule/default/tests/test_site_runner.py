@@ -42,7 +42,7 @@ def test_site_twice_after_the_reboot_changes_nothing(tmp_path):
     # nothing drifted since the first run recorded its stamps: the fast path, a handful of tasks per host
     reports = siterun.fast_path_reports(second)
     assert all("nothing drifted on any node" in msg for msg in reports.values()) and len(reports) == 2, reports
-    assert max(siterun.ok_counts(second).values()) < 20, siterun.ok_counts(second)
+    assert max(siterun.ok_counts(second).values()) < 30, siterun.ok_counts(second)
 
 
 # (host, what to break, what the fast-path report must name, the task that must repair it)

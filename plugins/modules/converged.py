@@ -61,13 +61,13 @@ EXAMPLES = r"""
 - name: Check every role's stamp in one call
   dgxspark.cluster.converged:
     roles: [nic, driver]
-    inputs: "{{ dgxspark_site_inputs }}"
+    inputs: "{{ preflight_site_inputs }}"
   register: stamps
 
 - name: Record what the driver role left
   dgxspark.cluster.converged:
     roles: [driver]
-    inputs: "{{ dgxspark_site_inputs }}"
+    inputs: "{{ preflight_site_inputs }}"
     state: record
     resources:
       paths: [/etc/apt/preferences.d/nvidia-driver-580]

@@ -15,7 +15,7 @@ description:
     hashes, packages with version and hold, units with enabled and active state, users, groups, command outputs)
     and writes it, with O(inputs), to the stamp C(<path>/<role>.json) (mode 0600). Changed only when the stamp's
     content changes.
-  - With O(state=check), reads nothing from O(resources): for every role in O(roles) it loads the stamp, compares
+  - With O(state=check), reads nothing from O(resources); for every role in O(roles) it loads the stamp, compares
     its inputs with O(inputs), reads back every resource the stamp lists and compares. Read-only.
   - site.yml uses this to skip a run in which nothing would change (the fast path); see docs/architecture.md.
 author:

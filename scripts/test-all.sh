@@ -2,7 +2,8 @@
 # Run every test gate of dgxspark.cluster (the README's test command; .ci/run calls it):
 #   yamllint, ansible-lint (production), ansible-test sanity, pytest, every molecule scenario.
 # Installs what it needs first (scripts/bootstrap.sh). Each gate runs even when
-# an earlier one failed; the exit code is non-zero when any gate failed.
+# an earlier one failed; the exit code is non-zero when any gate failed. With
+# molecule among them, the static gates run beside it (see below).
 # Usage: scripts/test-all.sh [gate ...]   (gates: yamllint ansible-lint sanity pytest molecule)
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -12,7 +13,6 @@ source "$repo/scripts/bootstrap.sh" || exit 1
 
 gates=("$@")
 [ ${#gates[@]} -gt 0 ] || gates=(yamllint ansible-lint sanity pytest molecule)
-passed=0 failed=0 summary=()
 
 gate_yamllint() { yamllint --strict . ; }
 gate_ansible-lint() { ansible-lint --offline ; }
@@ -66,17 +66,57 @@ gate_molecule() {
 
 for gate in "${gates[@]}"; do
   declare -F "gate_$gate" >/dev/null || { echo "unknown gate $gate (known: yamllint ansible-lint sanity pytest molecule)" >&2; exit 2; }
-  printf '\n===== %s =====\n' "$gate"
-  start=$(date +%s)
-  if "gate_$gate"; then
-    result=passed; passed=$((passed + 1))
-  else
-    result=FAILED; failed=$((failed + 1))
-  fi
-  summary+=("$(printf '%-13s %-7s %4ss' "$gate" "$result" "$(( $(date +%s) - start ))")")
 done
 
+# run_gate GATE: run it, print its result line and record it (summary_file, one line per gate)
+summary_file=$(mktemp)
+trap 'rm -f "$summary_file"' EXIT
+run_gate() {
+  local gate=$1 start result
+  start=$(date +%s)
+  if "gate_$gate"; then result=passed; else result=FAILED; fi
+  printf '%-13s %-7s %4ss\n' "$gate" "$result" "$(( $(date +%s) - start ))" >>"$summary_file"
+  [ "$result" = passed ]
+}
+
+# With molecule among the gates (and STATIC_BESIDE_MOLECULE not 0), the static gates run one
+# after another beside it, logged to .cache/gates/NAME.log: the image build waits on the
+# network and the molecule lanes on reboots and health checks, so the wall time of the
+# static gates mostly disappears. Their logs are printed after molecule (in full on failure).
+static=() others=()
+for gate in "${gates[@]}"; do
+  if [ "$gate" != molecule ] && [ "${STATIC_BESIDE_MOLECULE:-1}" != 0 ] && [[ " ${gates[*]} " == *" molecule "* ]]; then
+    static+=("$gate")
+  else
+    others+=("$gate")
+  fi
+done
+static_pid=
+if [ ${#static[@]} -gt 0 ]; then
+  mkdir -p "$repo/.cache/gates"
+  printf '\n===== %s (beside molecule, logs in .cache/gates/) =====\n' "${static[*]}"
+  (for gate in "${static[@]}"; do run_gate "$gate" >"$repo/.cache/gates/$gate.log" 2>&1; done) &
+  static_pid=$!
+fi
+for gate in "${others[@]}"; do
+  printf '\n===== %s =====\n' "$gate"
+  run_gate "$gate"
+done
+if [ -n "$static_pid" ]; then
+  wait "$static_pid"
+  for gate in "${static[@]}"; do
+    printf '\n===== %s (ran beside molecule) =====\n' "$gate"
+    if grep -q "^$gate  *passed" "$summary_file"; then
+      tail -n 5 "$repo/.cache/gates/$gate.log"
+    else
+      tail -n 200 "$repo/.cache/gates/$gate.log"
+    fi
+  done
+fi
+
+passed=$(grep -c ' passed ' "$summary_file")
+failed=$(grep -c ' FAILED ' "$summary_file")
 printf '\n===== summary =====\n'
-printf '%s\n' "${summary[@]}"
+cat "$summary_file"
 echo "gates: $passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+[ "$failed" -eq 0 ] && [ "$passed" -eq "${#gates[@]}" ]

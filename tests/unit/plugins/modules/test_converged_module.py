@@ -12,23 +12,7 @@ import pytest
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 from ansible_collections.dgxspark.cluster.plugins.modules import converged
-
-
-class ExitJson(Exception):
-    pass
-
-
-class FailJson(Exception):
-    pass
-
-
-def _exit_json(self, **kwargs):
-    raise ExitJson(kwargs)
-
-
-def _fail_json(self, msg, **kwargs):
-    kwargs.update(msg=msg, failed=True)
-    raise FailJson(kwargs)
+from modtest import ExitJson, FailJson, exit_json as _exit_json, fail_json as _fail_json
 
 
 def run(args, check_mode=False):

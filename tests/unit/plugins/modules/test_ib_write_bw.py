@@ -24,6 +24,7 @@ from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 from ansible_collections.dgxspark.cluster.plugins.module_utils import perftest_probe
 from ansible_collections.dgxspark.cluster.plugins.modules import ib_write_bw
+from modtest import ExitJson, FailJson, exit_json as _exit_json, fail_json as _fail_json
 
 REPO_ROOT = Path(__file__).resolve().parents[4]
 TOOL = REPO_ROOT / 'sim' / 'node' / 'usr' / 'bin' / 'ib_write_bw'
@@ -32,24 +33,6 @@ if str(NODE_LIB) not in sys.path:
     sys.path.insert(0, str(NODE_LIB))
 
 from sparksim import rdma, state as statefile  # noqa: E402
-
-
-class ExitJson(Exception):
-    pass
-
-
-class FailJson(Exception):
-    pass
-
-
-def _exit_json(self, **kwargs):
-    raise ExitJson(kwargs)
-
-
-def _fail_json(self, msg, **kwargs):
-    kwargs['msg'] = msg
-    kwargs['failed'] = True
-    raise FailJson(kwargs)
 
 
 def run_module(args):

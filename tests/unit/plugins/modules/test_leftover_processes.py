@@ -12,27 +12,10 @@ from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 from ansible_collections.dgxspark.cluster.plugins.module_utils import leftovers as lo
 from ansible_collections.dgxspark.cluster.plugins.modules import free_space, leftover_processes
+from modtest import ExitJson, FailJson, exit_json as _exit_json, fail_json as _fail_json
 
 NET_HEADER = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
 CID = "c" * 64
-
-
-class ExitJson(Exception):
-    pass
-
-
-class FailJson(Exception):
-    pass
-
-
-def _exit_json(self, **kwargs):
-    raise ExitJson(kwargs)
-
-
-def _fail_json(self, msg, **kwargs):
-    kwargs["msg"] = msg
-    kwargs["failed"] = True
-    raise FailJson(kwargs)
 
 
 def make_proc(root, processes, listen=()):

@@ -15,6 +15,7 @@ import pytest
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 from ansible_collections.dgxspark.cluster.plugins.modules import roce_gid_facts
+from modtest import ExitJson, FailJson, exit_json as _exit_json, fail_json as _fail_json
 from captures import samples_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[4]
@@ -69,24 +70,6 @@ def show_gids_text(rows):
         lines.append('%s\t%s\t%s\t%s\t%s\t%s\t%s' % (device, port, index, gid, ipv4, ver, ndev or ''))
     lines.append('n_gids_found=%d' % len(rows))
     return '\n'.join(lines) + '\n'
-
-
-class ExitJson(Exception):
-    pass
-
-
-class FailJson(Exception):
-    pass
-
-
-def _exit_json(self, **kwargs):
-    raise ExitJson(kwargs)
-
-
-def _fail_json(self, msg, **kwargs):
-    kwargs['msg'] = msg
-    kwargs['failed'] = True
-    raise FailJson(kwargs)
 
 
 def run_module(args, bin_path=None, command=None):

@@ -70,10 +70,14 @@ def ssh_command(key, known_hosts, cipher=SSH_CIPHER, connect_timeout=15, port=22
 
 
 def rsync_argv(src, dest, io_timeout, files_from=None, ignore_times=False, ssh=None, bwlimit=0,
-               contimeout=15, rsync="rsync"):
+               contimeout=15, rsync="rsync", dirs_only=False):
     """One rsync invocation: ``-a --partial`` (an interrupted copy keeps its partial file and the next
     run resumes from it), no compression, ``--timeout`` so a silent peer ends it, ``--stats`` and
-    ``-i`` to report what moved. ``dest`` ``rsync://...`` means the daemon transport."""
+    ``-i`` to report what moved. ``dest`` ``rsync://...`` means the daemon transport.
+
+    ``dirs_only``: the directories alone (``--include=*/ --exclude=*``), the pass that runs before the
+    parallel streams, so that no two streams race to create the same directory on the worker (behind
+    rrsync the loser fails with "mkdir ... File exists", rsync exit 11)."""
     argv = [rsync, "-a", "--partial", "--no-compress", "--timeout=%d" % int(io_timeout), "--stats",
             "--itemize-changes"]
     if dest.startswith("rsync://"):
@@ -86,6 +90,8 @@ def rsync_argv(src, dest, io_timeout, files_from=None, ignore_times=False, ssh=N
         argv.append("--bwlimit=%d" % int(bwlimit))
     if files_from:
         argv.append("--files-from=%s" % files_from)
+    if dirs_only:
+        argv += ["--include=*/", "--exclude=*"]
     argv += [src.rstrip("/") + "/", dest.rstrip("/") + "/"]
     return argv
 

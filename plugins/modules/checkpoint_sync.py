@@ -12,7 +12,8 @@ short_description: Push a checkpoint's repo folder from the head to a worker wit
 version_added: 0.1.0
 description:
   - Runs on the head. Splits the blobs of O(src) over several rsync streams balanced by size (one per
-    core by default), then runs one pass over the whole tree (snapshot symlinks, refs) so nothing is left behind.
+    core by default), after one pass that creates the directories alone (so no two streams race to create one),
+    then runs one pass over the whole tree (snapshot symlinks, refs) so nothing is left behind.
   - C(rsync -a --partial), no compression; an interrupted copy keeps its partial files and the next run
     resumes from them. O(repair) paths are sent again with C(--ignore-times) (content corrupted while
     size and mtime look right).
@@ -274,6 +275,9 @@ def main():
             outputs += _run_parallel(module, [rsync_plan.rsync_argv(
                 src, dest, files_from=files_from("repair", repair), ignore_times=True, **common)],
                 env, params["run_as"], deadline, started)
+        # the directories first, in one stream: parallel streams must not race to create them
+        outputs += _run_parallel(module, [rsync_plan.rsync_argv(src, dest, dirs_only=True, **common)],
+                                 env, params["run_as"], deadline, started)
         outputs += _run_parallel(module, [rsync_plan.rsync_argv(
             src, dest, files_from=files_from("stream%d" % i, group), **common) for i, group in enumerate(groups)],
             env, params["run_as"], deadline, started)

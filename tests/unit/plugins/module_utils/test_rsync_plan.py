@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import subprocess
+
 from ansible_collections.dgxspark.cluster.plugins.module_utils import rsync_plan as rp
 
 STATS = """\
@@ -77,3 +79,17 @@ def test_parse_stats():
 def test_merge_stats():
     total = rp.merge_stats([{"items": 1, "literal_data": 5}, {"items": 2, "literal_data": 7}])
     assert total == {"items": 3, "literal_data": 12}
+
+
+def test_rsync_argv_dirs_only_creates_the_directories_alone(tmp_path):
+    """The pass before the parallel streams: every directory, no file (run for real with the local rsync)."""
+    src = tmp_path / "src"
+    (src / "blobs").mkdir(parents=True)
+    (src / "snapshots" / "abc").mkdir(parents=True)
+    (src / "blobs" / "f00d").write_text("weights")
+    (src / "snapshots" / "abc" / "model.safetensors").symlink_to("../../blobs/f00d")
+    argv = rp.rsync_argv(str(src), str(tmp_path / "dest"), 30, dirs_only=True)
+    assert argv[-4:-2] == ["--include=*/", "--exclude=*"]
+    subprocess.run(argv, check=True, capture_output=True)
+    made = sorted(str(p.relative_to(tmp_path / "dest")) for p in (tmp_path / "dest").rglob("*"))
+    assert made == ["blobs", "snapshots", "snapshots/abc"]

@@ -8,7 +8,9 @@
 # true on the spark hosts, same ansible.cfg and connection settings) and (b) site.yml, and
 # prints the median of each and their ratio. Then one more site.yml run with the
 # ansible.posix profile_tasks and profile_roles callbacks (not timed): the per-role breakdown
-# and the top BENCH_TOP (default 15) tasks. Exits 1 if a site.yml run changed anything, or
+# and the top BENCH_TOP (default 15) tasks. A converged pair takes site.yml's fast path (one
+# converged call per node, every role ends at its first task); add
+# -e '{"preflight_fast_path": false}' to time the full no-op run instead. Exits 1 if a site.yml run changed anything, or
 # failed or could not reach a host, on any host (the recap is parsed); the logs stay in
 # BENCH_LOG_DIR (default: a new directory under /tmp).
 set -euo pipefail

@@ -73,7 +73,7 @@ EXAMPLES = r"""
       paths: [/etc/apt/preferences.d/nvidia-driver-580]
       packages: [nvidia-driver-580-open]
       commands:
-        - argv: [nvidia-smi, --query-gpu=driver_version, --format=csv,noheader]
+        - argv: [nvidia-smi, --query-gpu=driver_version, "--format=csv,noheader"]
           compare: stdout
 """
 

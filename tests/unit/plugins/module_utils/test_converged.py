@@ -165,6 +165,18 @@ def test_a_failing_command_is_drift_not_a_crash(tmp_path):
     assert cv.check_stamp(stamp, "service", "i", run) == (False, ["service: command:check: was rc:0, now rc:1"])
 
 
+def test_a_missing_program_is_drift_not_a_crash():
+    """run_command raises for a program that is gone (the module passes handle_exceptions=False): rc 127."""
+    res = {"commands": [{"argv": ["/opt/gone/bin/python", "-V"], "compare": "stdout"}]}
+    stamp = cv.make_stamp("checkpoint", "i", res, {"command:/opt/gone/bin/python -V": "rc:0 stdout:x"})
+
+    def gone(argv):
+        raise FileNotFoundError(2, "No such file or directory", argv[0])
+
+    ok, why = cv.check_stamp(stamp, "checkpoint", "i", runner(**{"/opt/gone/bin/python": gone}))
+    assert not ok and why[0].startswith("checkpoint: command:/opt/gone/bin/python -V: was rc:0 stdout:x, now rc:127 stdout:")
+
+
 def test_compare_limits_the_report():
     lines = cv.compare({str(i): "a" for i in range(15)}, {}, limit=10)
     assert len(lines) == 11 and lines[-1] == "... and 5 more"

@@ -1,9 +1,10 @@
 """Shared helpers of the RDMA stand-in tests: the real captures, their paste damage, the tools.
 
-Captures live in shared/samples/<tool>/*.txt: ``# `` header lines (source,
-expect, note), one blank line, then the body exactly as captured. The
-samples directory is ``<repo>/../shared/samples`` (CI checks ``shared`` out
-beside the repository) unless $SPARK_SHARED_DIR names the ``shared`` directory.
+Captures live in the repository, tests/fixtures/captures/<tool>/*.txt (see the
+README there): ``# `` header lines (source, expect, note), one blank line, then
+the body exactly as captured. A capture that is missing or unreadable is a test
+failure, never a skip: ``capture()`` fails naming the file, ``captures()`` fails
+when a tool's folder is empty, so no parametrized set can come out empty.
 """
 
 from __future__ import annotations
@@ -31,16 +32,35 @@ if str(NODE_LIB) not in sys.path:
 from sparksim import rdma  # noqa: E402
 
 
+CAPTURES_DIR = REPO / "tests" / "fixtures" / "captures"
+
+
+class MissingCapture(AssertionError):
+    """A capture a test asked for is not in tests/fixtures/captures (a failure, never a skip)."""
+
+
 def samples_dir() -> Path:
-    override = os.environ.get("SPARK_SHARED_DIR")
-    shared = Path(override) if override else REPO / ".." / "shared"
-    return shared / "samples"
+    """The folder of the real captures (tests/fixtures/captures)."""
+    return CAPTURES_DIR
 
 
 def captures(tool: str) -> list[Path]:
-    """The capture files of one tool, sorted; [] when the samples are not checked out."""
-    directory = samples_dir() / tool
-    return sorted(directory.glob("*.txt")) if directory.is_dir() else []
+    """The capture files of one tool, sorted; raises MissingCapture when there are none."""
+    directory = CAPTURES_DIR / tool
+    found = sorted(directory.glob("*.txt")) if directory.is_dir() else []
+    if not found:
+        raise MissingCapture("no captures of %s under %s" % (tool, directory))
+    return found
+
+
+def capture(tool: str, name: str) -> Path:
+    """One capture by file name; raises MissingCapture naming it when it is absent or unreadable."""
+    path = CAPTURES_DIR / tool / name
+    try:
+        path.read_bytes()
+    except OSError as error:
+        raise MissingCapture("capture %s/%s is missing or unreadable: %s" % (tool, name, error)) from None
+    return path
 
 
 def capture_body(path: Path) -> str:

@@ -16,12 +16,11 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils import roce_gids as rg
-from captures import samples_dir
+from captures import capture as real_capture
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 RESOLVER = REPO_ROOT / 'roles' / 'nic' / 'files' / 'dgxspark_nccl_resolve.py'
 LIB_DIR = REPO_ROOT / 'plugins' / 'module_utils'
-SHOW_GIDS_DIR = samples_dir() / 'show_gids'
 
 LL0 = 'fe80:0000:0000:0000:0ac0:ebff:fe21:03da'
 LL1 = 'fe80:0000:0000:0000:0ac0:ebff:fe21:03db'
@@ -189,10 +188,7 @@ def fake_show_gids(tmp_path, body, rc=0):
 
 
 def test_uses_show_gids_when_found(tmp_path):
-    capture = SHOW_GIDS_DIR / '06-bnxt-vlan-multivendor-email-wrapped.txt'
-    if not capture.exists():
-        pytest.skip('capture not available (set SPARK_SHARED_DIR)')
-    body = capture.read_bytes().decode('utf-8').split('\n\n', 1)[1]
+    body = real_capture('show_gids', '06-bnxt-vlan-multivendor-email-wrapped.txt').read_bytes().decode('utf-8').split('\n\n', 1)[1]
     script = fake_show_gids(tmp_path, body)
     out = tmp_path / 'nccl.env'
     proc = resolve(tmp_path, '--fabric-ipv4', '172.31.43.187', '--output', out, '--sysfs-root', tmp_path / 'nothing',

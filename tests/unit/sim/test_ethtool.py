@@ -1,6 +1,6 @@
 """The ethtool stand-in: ``ethtool DEVNAME`` for the Spark fabric netdevs, ethtool's errors otherwise.
 
-No ethtool capture of a DGX Spark is in shared/samples; these tests hold the
+No ethtool capture of a DGX Spark is in tests/fixtures/captures; these tests hold the
 stand-in to ethtool 6.7's netlink output layout (netlink/settings.c) and to
 the facts the roles check: Speed, Duplex, Link detected.
 """

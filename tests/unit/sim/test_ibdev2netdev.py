@@ -1,4 +1,4 @@
-"""The ibdev2netdev stand-in against real captures (shared/samples/ibdev2netdev) and the script's rules.
+"""The ibdev2netdev stand-in against real captures (tests/fixtures/captures/ibdev2netdev) and the script's rules.
 
 Golden tests: each capture's hardware (RDMA devices, PCI functions, VPD,
 netdevs and their carrier) is described in the state schema, written with

@@ -1,4 +1,4 @@
-"""The ibstat stand-in against real captures (shared/samples/ibstat) and infiniband-diags' rules.
+"""The ibstat stand-in against real captures (tests/fixtures/captures/ibstat) and infiniband-diags' rules.
 
 Golden tests: the capture is the only record of its machine (dozens of CAs
 with GUIDs, LIDs, capability masks), so the hardware is read from the

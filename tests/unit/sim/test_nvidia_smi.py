@@ -1,6 +1,6 @@
 """The spark-sim nvidia-smi stand-in against real GB10 captures and nvidia-smi's own behaviour.
 
-Golden tests: for each capture in shared/samples/nvidia-smi/ a state describing
+Golden tests: for each capture in tests/fixtures/captures/nvidia-smi/ a state describing
 that machine (driver, persistence, temperature, power, processes, display,
 date) must make the stand-in print the capture body byte for byte. The other
 tests drive the executable as a role would, through the state file.
@@ -25,13 +25,7 @@ TOOL = REPO / "sim" / "node" / "usr" / "bin" / "nvidia-smi"
 sys.path.insert(0, str(NODE_LIB))
 
 from sparksim import gpu as gpumod  # noqa: E402
-
-
-def samples_dir() -> Path:
-    """shared/samples: the repo root's sibling ``shared``, or $SPARK_SHARED_DIR."""
-    override = os.environ.get("SPARK_SHARED_DIR")
-    shared = Path(override) if override else REPO / ".." / "shared"
-    return shared / "samples"
+from captures import CAPTURES_DIR, captures  # noqa: E402
 
 
 def capture_body(path: Path) -> tuple[dict[str, str], str]:
@@ -52,7 +46,7 @@ def capture_body(path: Path) -> tuple[dict[str, str], str]:
     return header, text[position:]
 
 
-CAPTURES = sorted((samples_dir() / "nvidia-smi").glob("*.txt")) if (samples_dir() / "nvidia-smi").is_dir() else []
+CAPTURES = captures("nvidia-smi")  # fails at collection when the folder is empty
 
 
 def _proc(pid: int, kind: str, name: str, mib: int) -> dict[str, Any]:
@@ -150,7 +144,7 @@ def state_file(tmp_path: Path) -> Path:
 
 
 def test_samples_are_present() -> None:
-    assert CAPTURES, "no captures under %s (set SPARK_SHARED_DIR)" % (samples_dir() / "nvidia-smi")
+    assert CAPTURES, "no captures under %s" % (CAPTURES_DIR / "nvidia-smi")
 
 
 @pytest.mark.parametrize("capture", CAPTURES, ids=[path.name for path in CAPTURES])
@@ -170,7 +164,7 @@ def test_summary_matches_capture(capture: Path, tmp_path: Path) -> None:
 def test_render_summary_matches_capture_in_process(capture: Path) -> None:
     """The same, through the library (no subprocess): what boot-time tools would call."""
     if capture.name not in CAPTURE_STATES:
-        pytest.skip("covered by test_summary_matches_capture")
+        pytest.fail("no state describes capture %s: add one to CAPTURE_STATES" % capture.name)
     _header, body = capture_body(capture)
     spec = CAPTURE_STATES[capture.name]
     gpu = gpumod.default_gpu("spark-test")

@@ -1,4 +1,4 @@
-"""The show_gids stand-in against real captures (shared/samples/show_gids) and the script's rules.
+"""The show_gids stand-in against real captures (tests/fixtures/captures/show_gids) and the script's rules.
 
 Golden tests: each capture's hardware is described in the sim's state schema
 (RDMA devices, ports, GID tables), written out with rdma.write_sysfs, and the

@@ -1,8 +1,8 @@
 # -*- coding: utf-8 -*-
 """Unit tests for plugins/module_utils/roce_gids.py.
 
-Real captures come from <shared>/samples/show_gids/ (shared = SPARK_SHARED_DIR, or the
-"shared" directory beside the repository). Each capture's '# expect:' line is both read
+Real captures come from tests/fixtures/captures/show_gids/ (read through captures.py; a
+missing one fails, never skips). Each capture's '# expect:' line is both read
 by a generic check (index per IPv4, n_gids_found) and restated by hand below.
 """
 
@@ -17,9 +17,8 @@ import stat
 import pytest
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils import roce_gids as rg
-from captures import captures, read_capture, samples_dir
+from captures import capture, captures, read_capture
 
-SHOW_GIDS_DIR = samples_dir() / 'show_gids'
 CAPTURES = captures('show_gids')
 UNUSED_IP = '198.51.100.77'  # TEST-NET-2, in no capture
 
@@ -32,8 +31,7 @@ def v2_rows(entries, ipv4):
     return [e for e in entries if e['ipv4'] == ipv4 and e['version'] == 'v2']
 
 
-capture_params = [pytest.param(path, id=path.name) for path in CAPTURES] or [
-    pytest.param(None, marks=pytest.mark.skip(reason='no captures under %s (set SPARK_SHARED_DIR)' % SHOW_GIDS_DIR), id='no-captures')]
+capture_params = [pytest.param(path, id=path.name) for path in CAPTURES]
 
 
 # ---------------------------------------------------------------------------
@@ -118,8 +116,7 @@ HAND_EXPECTATIONS = {
 @pytest.mark.parametrize('path', capture_params)
 def test_capture_hand_expectations(path):
     expected = HAND_EXPECTATIONS.get(path.name)
-    if expected is None:
-        pytest.skip('no hand-written expectations for %s (the generic expect-line test still runs)' % path.name)
+    assert expected is not None, 'no hand-written expectations for capture %s: add them to HAND_EXPECTATIONS' % path.name
     _header, body = read_capture(path)
     result = rg.parse_show_gids(body)
     entries = result.entries
@@ -154,18 +151,14 @@ def test_capture_hand_expectations(path):
 
 
 def test_capture_04_matches_on_the_address_not_the_first_v2_gid():
-    path = SHOW_GIDS_DIR / '04-multiple-ipv4-same-netdev.txt'
-    if not path.exists():
-        pytest.skip('capture 04 not available')
+    path = capture('show_gids', '04-multiple-ipv4-same-netdev.txt')
     entries = rg.parse_show_gids(read_capture(path)[1]).entries
     assert rg.build_nccl_env(entries, ['10.22.116.223'])['env']['NCCL_IB_GID_INDEX'] == '7'
     assert rg.build_nccl_env(entries, ['10.22.116.222'])['env']['NCCL_IB_GID_INDEX'] == '5'
 
 
 def test_capture_02_v1_request_and_summary():
-    path = SHOW_GIDS_DIR / '02-multi-dev-mixed-roce-ib-17.txt'
-    if not path.exists():
-        pytest.skip('capture 02 not available')
+    path = capture('show_gids', '02-multi-dev-mixed-roce-ib-17.txt')
     entries = rg.parse_show_gids(read_capture(path)[1]).entries
     assert rg.build_nccl_env(entries, ['10.16.242.57'], roce_version='v1')['env']['NCCL_IB_GID_INDEX'] == '2'
     summary = rg.summarize_table(entries)

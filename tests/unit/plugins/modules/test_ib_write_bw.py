@@ -157,14 +157,15 @@ def test_client_only_against_a_peer_server(sim, nodes, tmp_path):
 
 
 def test_client_only_without_server(sim, monkeypatch):
+    """No server on the peer: loopback with a closed port stands in for the peer (test traffic stays on this machine)."""
     monkeypatch.setattr(perftest_probe, 'CONNECT_GRACE', 0.3)
-    module_args = args(loopback=False, address='192.168.100.2')
+    module_args = args(loopback=False, address='127.0.0.1', tcp_port=free_port())
     monkeypatch.setattr(ib_write_bw, 'is_local_address', lambda address: False)
     started = time.monotonic()
     result = run_module(module_args)
     assert time.monotonic() - started < 10
     assert result['failed']
-    for fragment in ('rocep1s0f1', '192.168.100.2', "Couldn't connect to 192.168.100.2:%d" % module_args['tcp_port'],
+    for fragment in ('rocep1s0f1', '127.0.0.1', "Couldn't connect to 127.0.0.1:%d" % module_args['tcp_port'],
                      'is the server running on the peer', 'ib_write_bw -d rocep1s0f1'):
         assert fragment in result['msg'], (fragment, result['msg'])
     assert result['mode'] == 'client'

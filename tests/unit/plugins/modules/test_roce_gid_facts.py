@@ -16,10 +16,9 @@ from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 from ansible_collections.dgxspark.cluster.plugins.modules import roce_gid_facts
 from modtest import ExitJson, FailJson, exit_json as _exit_json, fail_json as _fail_json
-from captures import samples_dir
+from captures import capture
 
 REPO_ROOT = Path(__file__).resolve().parents[4]
-SHOW_GIDS_DIR = samples_dir() / 'show_gids'
 
 LL0 = 'fe80:0000:0000:0000:0ac0:ebff:fe21:03da'
 LL1 = 'fe80:0000:0000:0000:0ac0:ebff:fe21:03db'
@@ -252,10 +251,7 @@ def run_adhoc(tmp_path, module_args):
 
 @pytest.mark.integration
 def test_through_ansible_on_a_capture(tmp_path):
-    capture = SHOW_GIDS_DIR / '04-multiple-ipv4-same-netdev.txt'
-    if not capture.exists():
-        pytest.skip('capture %s not available (set SPARK_SHARED_DIR)' % capture)
-    text = capture.read_bytes().decode('utf-8')
+    text = capture('show_gids', '04-multiple-ipv4-same-netdev.txt').read_bytes().decode('utf-8')
     body = text.split('\n\n', 1)[1]
     rc, result = run_adhoc(tmp_path, {'fabric_ipv4': ['10.22.116.222'], 'show_gids_output': body})
     assert rc == 0, result

@@ -40,7 +40,7 @@ Spark port reads ``200 Gb/sec (4X HDR)`` and of a down one ``40 Gb/sec (4X
 QDR)`` with state ``1: DOWN`` (DGX Spark / HP ZGX capture in
 github.com/stondo/stondo.github.io content/posts/nvidia-peermem-gpudirect-rdma-dgx-spark.md);
 ibstat prints the integer of the rate file (``Rate: 200``, ``Rate: 40`` on
-down ports in every ConnectX-7 capture of shared/samples/ibstat).
+down ports in every ConnectX-7 capture of tests/fixtures/captures/ibstat).
 
 Unused GID table entries: ``gids/N`` exists for every N below the table size
 and reads the zero GID, as on a real kernel. There, reading

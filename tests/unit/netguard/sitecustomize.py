@@ -4,7 +4,8 @@ Installed in the pytest process by tests/unit/conftest.py and, through PYTHONPAT
 Python subprocess a test starts with the inherited environment (the stand-ins, the resolver,
 ansible's modules), because this file is a ``sitecustomize``. A connect or sendto to an address
 outside loopback and the unix domain (and SPARK_NETGUARD_ALLOW, comma-separated networks, empty
-by default: a test that needs its own sim's subnet sets it) is refused before any packet leaves (PermissionError) and written to $SPARK_NETGUARD_LOG, so the test that caused it
+by default: a test that needs its own sim's subnet sets it) is refused before any packet
+leaves (PermissionError) and written to $SPARK_NETGUARD_LOG, so the test that caused it
 fails even when the code under test swallows the error.
 """
 

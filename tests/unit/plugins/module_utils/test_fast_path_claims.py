@@ -207,5 +207,5 @@ def test_preflight_fast_path_claims(pair):
     # a changed variable, a changed inventory: the inputs changed, a full run
     changed = pair("-e", '{"clock_cap_max_mhz": 2000}')
     assert all("inputs changed" in r["drift"][0] for r in changed.values())
-    moved = pair(inventory=_inventory(pair.tmp_path / "moved.yml", "192.168.99.3"))
+    moved = pair("-e", '{"clock_cap_max_mhz": 2000}', inventory=_inventory(pair.tmp_path / "moved.yml", "192.168.99.3"))
     assert all("inputs changed" in r["drift"][0] for r in moved.values())

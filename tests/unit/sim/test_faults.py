@@ -51,8 +51,8 @@ def test_lgc_fails_is_an_nvml_error_and_nothing_else_breaks(tmp_path):
     state = tmp_path / "state.json"
     make_state(state, {"lgc_fails": True})
     result = smi(state, "-lgc", "0,2100")
-    assert (result.returncode, result.stdout) == (255, "Unable to set locked GPU clocks for GPU 0000000F:01:00.0: Unknown Error\n"
-                                                        "Terminating early due to previous errors.\n")
+    expected = "Unable to set locked GPU clocks for GPU 0000000F:01:00.0: Unknown Error\nTerminating early due to previous errors.\n"
+    assert (result.returncode, result.stdout) == (255, expected)
     assert json.loads(state.read_text())["gpu"]["locked_clocks"] is None
     query = smi(state, "--query-gpu=clocks.sm,clocks.max.sm", "--format=csv,noheader,nounits")
     assert (query.returncode, query.stdout) == (0, "2405, 3003\n")
@@ -64,8 +64,8 @@ def test_lgc_unsupported_exits_0_without_a_lock(tmp_path):
     state = tmp_path / "state.json"
     make_state(state, {"lgc_unsupported": True})
     result = smi(state, "-lgc", "0,2100")
-    assert (result.returncode, result.stdout) == (0, "Setting locked GPU clocks is not supported for GPU 0000000F:01:00.0.\n"
-                                                      "Treating as warning and moving on.\nAll done.\n")
+    expected = "Setting locked GPU clocks is not supported for GPU 0000000F:01:00.0.\nTreating as warning and moving on.\nAll done.\n"
+    assert (result.returncode, result.stdout) == (0, expected)
     assert json.loads(state.read_text())["gpu"]["locked_clocks"] is None
 
 

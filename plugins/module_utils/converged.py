@@ -261,6 +261,45 @@ def dump_stamp(stamp):
     return json.dumps(stamp, sort_keys=True, indent=1) + "\n"
 
 
+# Variables that only choose how a run goes (the fast path or not, which stamps it compares), not what the
+# roles do: they are no input of the roles. A run with one of them changed records the same digest, so the
+# next run names what really drifted instead of "the inputs changed" (issue #20).
+PATH_SWITCHES = ("preflight_fast_path", "preflight_fast_path_roles")
+# Facts the fast path itself sets (preflight_site_inputs, preflight_site_record, preflight_site_converged).
+SITE_FACT_PREFIX = "preflight_site_"
+
+
+def site_input_names(names):
+    """The variable names that count in the inputs digest: names less PATH_SWITCHES and preflight_site_*, sorted.
+
+    ``names`` are the <role>_* and dgxspark_* variables the run sees, e.g.::
+
+        ["clock_cap_max_mhz", "preflight_fast_path", "preflight_site_inputs", "dgxspark_fabric_rails"]
+        -> ["clock_cap_max_mhz", "dgxspark_fabric_rails"]
+    """
+    return sorted({str(name) for name in names
+                   if str(name) not in PATH_SWITCHES and not str(name).startswith(SITE_FACT_PREFIX)})
+
+
+def complete_run(run_tags, skip_tags, roles, check_mode):
+    """Whether a run converges every role completely (and so may record stamps and take the fast path).
+
+    Not in check mode, no --tags (ansible_run_tags is ["all"]), and no --skip-tags that names a role
+    (``<role>``), one of its tags (``<role>_*``) or ``always``. Tags that are none of the collection's,
+    such as molecule's ``molecule-notest,notest``, leave every task in::
+
+        complete_run(["all"], ["molecule-notest", "notest"], ["nic", "service"], False) -> True
+        complete_run(["all"], ["service_health"], ["nic", "service"], False)            -> False
+    """
+    if check_mode or sorted(set(run_tags or ["all"])) != ["all"]:
+        return False
+    for tag in skip_tags or []:
+        tag = str(tag)
+        if tag == "always" or any(tag == role or tag.startswith(role + "_") for role in roles):
+            return False
+    return True
+
+
 CONTENT_DIRS = ("roles", "plugins", "playbooks")
 
 

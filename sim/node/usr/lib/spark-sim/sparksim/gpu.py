@@ -21,7 +21,14 @@ Forms the stand-in answers (all output on stdout, as nvidia-smi does)::
 
 Exit codes follow nvidia-smi(1): 0 success, 2 invalid argument or flag, 3 not
 available on the target device, 4 insufficient permission, 6 object not found,
-9 driver not loaded, 18 driver/library version mismatch (NVML_ERROR_LIB_RM_VERSION_MISMATCH).
+9 driver not loaded, 18 driver/library version mismatch (NVML_ERROR_LIB_RM_VERSION_MISMATCH),
+255 other error or internal driver error.
+
+Faults (the state's ``"faults"`` key; ``sim/spark-sim fault HOST NAME`` sets them,
+``... fault HOST clear`` clears them; see ``LGC_FAULTS``): ``lgc_fails`` makes every
+``-lgc`` fail with an NVML error (exit 255), ``lgc_unsupported`` makes it print the
+"not supported ... Treating as warning" lines and exit 0 without a lock, as the real
+one does on GPUs that cannot lock their clocks. Every other form keeps answering.
 
 The driver packages of the sim's NVIDIA repo (sim/apt-repo) record the
 installed userspace version in /var/lib/spark-sim/driver-userspace-version;
@@ -60,6 +67,7 @@ EXIT_NO_PERMISSION = 4
 EXIT_NOT_FOUND = 6
 EXIT_DRIVER_NOT_LOADED = 9
 EXIT_LIB_RM_VERSION_MISMATCH = 18
+EXIT_OTHER_ERROR = 255
 
 MSG_INVALID_COMBINATION = "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help."
 MSG_TERMINATING = "Terminating early due to previous errors."
@@ -1107,7 +1115,26 @@ def _parse_clock(word: str, gpu: dict[str, Any]) -> int:
     return int(text)
 
 
-def _lock_clocks(gpu: dict[str, Any], spec: str, out: TextIO) -> int:
+# How -lgc fails under a fault (state["faults"]). Where these texts come from:
+# - lgc_unsupported: real output of nvidia-smi --lock-gpu-clocks on GPUs that cannot lock (a K80
+#   node's captured session; Pascal reports say the same and that it "still exit[s] 0"): one
+#   "Setting locked GPU clocks is not supported for GPU <bus id>." and "Treating as warning and moving
+#   on." per GPU, then "All done.", exit 0, no lock. The worst case for a check that trusts the exit code.
+# - lgc_fails: no capture of -lgc failing with an NVML error was found (searched public GitHub issues,
+#   code and web pages for the -lgc error texts). The text follows the form nvidia-smi uses for an NVML error from a device
+#   modification, seen in captures of other options ("Unable to disable MIG Mode for GPU <bus id>: In use
+#   by another client" / "Terminating early due to previous errors."), with NVML's generic error string;
+#   exit 255 is nvidia-smi(1)'s "Other error or internal driver error occurred".
+LGC_FAULTS = ("lgc_fails", "lgc_unsupported")
+
+
+def _lgc_fault(state: dict[str, Any] | None) -> str | None:
+    """The -lgc fault the state sets (the first of LGC_FAULTS that is true), else None."""
+    faults = (state or {}).get("faults") or {}
+    return next((name for name in LGC_FAULTS if faults.get(name)), None)
+
+
+def _lock_clocks(gpu: dict[str, Any], spec: str, out: TextIO, fault: str | None = None) -> int:
     """-lgc: validate, record ``locked_clocks`` and print what nvidia-smi prints."""
     bus_id = str(gpu.get("bus_id", GB10_BUS_ID))
     words = spec.split(",")
@@ -1124,6 +1151,15 @@ def _lock_clocks(gpu: dict[str, Any], spec: str, out: TextIO) -> int:
         out.write("Unable to set locked GPU clocks for GPU %s: Invalid Argument\n" % bus_id)
         out.write(MSG_TERMINATING + "\n")
         return EXIT_INVALID_ARGUMENT
+    if fault == "lgc_unsupported":
+        out.write("Setting locked GPU clocks is not supported for GPU %s.\n" % bus_id)
+        out.write("Treating as warning and moving on.\n")
+        out.write("All done.\n")
+        return EXIT_OK
+    if fault == "lgc_fails":
+        out.write("Unable to set locked GPU clocks for GPU %s: Unknown Error\n" % bus_id)
+        out.write(MSG_TERMINATING + "\n")
+        return EXIT_OTHER_ERROR
     gpu["locked_clocks"] = {"min_mhz": low, "max_mhz": high}
     out.write('GPU clocks set to "(gpuClkMin %s, gpuClkMax %s)" for GPU %s\n'
               % (words[0].strip(), words[1].strip(), bus_id))
@@ -1232,7 +1268,7 @@ def run(options: dict[str, Any], state: dict[str, Any] | None, out: TextIO,
         return EXIT_OK, False
     if action == "lgc":
         before = gpu.get("locked_clocks")
-        code = _lock_clocks(gpu, str(options["lgc"]), out)
+        code = _lock_clocks(gpu, str(options["lgc"]), out, _lgc_fault(state))
         return code, gpu.get("locked_clocks") != before
     if action == "rgc":
         before = gpu.get("locked_clocks")

@@ -20,6 +20,9 @@ Schema (version 1)::
         "seed": 0                      # makes the reshuffle deterministic per boot
       },
       "cables_seated": true,           # DAC cables are in the cages right now
+      "faults": {                      # injected faults (sim/spark-sim fault HOST NAME | clear; the FAULTS table there)
+        "lgc_fails": false             # nvidia-smi -lgc fails (gpu.py LGC_FAULTS; also lgc_unsupported)
+      },
       "sysfs_root": "/var/lib/spark-sim/sys",   # the stand-in /sys (class/infiniband/...)
       "hcas": [                        # owned by rdma.py; rdma.default_hcas() makes it. The RDMA stand-ins
                                        # (show_gids, ibdev2netdev, ibstat, ethtool) read the sysfs tree that

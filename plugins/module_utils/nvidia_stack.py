@@ -159,7 +159,8 @@ def driver_state(dpkg_text, wanted, pin_packages=None, kernel=""):
          "kernel_module": "linux-modules-nvidia-580-open-6.17.0-1014-nvidia",  # the running kernel's, "" if none
          "dkms": ["nvidia-dkms-580-open"],
          "layout": "precompiled" | "dkms" | "none",
-         "kernel_flavours": ["nvidia-hwe-24.04"]}                   # installed linux-image-<flavour> metapackages
+         "kernel_flavours": ["nvidia-hwe-24.04"],                   # installed linux-image-<flavour> metapackages
+         "kernels": ["6.17.0-1014-nvidia"]}                         # installed linux-image-<release> packages
 
     ``ok``: exactly one driver version is installed and it satisfies ``wanted``;
     ``absent``: no driver package is installed; ``other``: anything else
@@ -204,6 +205,10 @@ def driver_state(dpkg_text, wanted, pin_packages=None, kernel=""):
         "layout": "precompiled" if modules else ("dkms" if dkms else "none"),
         "kernel_flavours": sorted(_IMAGE_META_RE.match(p["package"]).group(1) for p in packages
                                   if _IMAGE_META_RE.match(p["package"])),
+        "kernel_flavour_versions": dict((_IMAGE_META_RE.match(p["package"]).group(1), p["version"]) for p in packages
+                                        if _IMAGE_META_RE.match(p["package"])),
+        "kernels": sorted(p["package"][len("linux-image-"):] for p in packages if p["package"].startswith("linux-image-")
+                          and KERNEL_RELEASE_RE.match(p["package"][len("linux-image-"):])),
     }
 
 

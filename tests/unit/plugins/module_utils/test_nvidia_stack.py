@@ -180,6 +180,7 @@ def test_stock_node_counts_only_the_driver_set():
     assert state["module_metas"] == ["linux-modules-nvidia-580-open-nvidia-hwe-24.04"]
     assert state["kernel_module"] == "linux-modules-nvidia-580-open-6.17.0-1014-nvidia"
     assert state["kernel_flavours"] == ["nvidia-hwe-24.04"]
+    assert state["kernels"] == ["6.17.0-1014-nvidia"]
     assert "linux-modules-nvidia-580-open-6.17.0-1014-nvidia" in state["held"]
 
 

@@ -151,9 +151,10 @@ def test_filters_are_registered():
 
 # A stock DGX OS 7 node (sim/apt-repo's stock profile, names from public Spark captures): the precompiled module
 # of the running kernel and its flavour metapackage, nvidia-modprobe and the firmware at versions of their own.
+STOCK_USERSPACE = ("nvidia-driver-580-open", "nvidia-kernel-common-580", "nvidia-utils-580",
+                   "libnvidia-compute-580", "libnvidia-common-580")
 STOCK = dpkg(
-    *[(n, "ii ", "580.173.02-1ubuntu1") for n in ("nvidia-driver-580-open", "nvidia-kernel-common-580", "nvidia-utils-580",
-                                                   "libnvidia-compute-580", "libnvidia-common-580")],
+    *[(n, "ii ", "580.173.02-1ubuntu1") for n in STOCK_USERSPACE],
     ("nvidia-firmware-580-580.173.02", "ii ", "580.173.02-1ubuntu1"),
     ("nvidia-firmware-580-580.159.03", "ii ", "580.159.03-1ubuntu1"),   # left over from the previous driver
     ("nvidia-modprobe", "ii ", "580.126.09-1ubuntu1"),

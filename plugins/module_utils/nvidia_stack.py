@@ -249,7 +249,7 @@ def module_builds(apt_show_text, wanted):
     depends (=) on a per-kernel build that fits. Packages of another branch
     than ``wanted``'s are left out.
     """
-    branch = str(wanted).split(".")[0]
+    branch = str(wanted).split(".", 1)[0]
     entries = [e for e in parse_apt_cache_show(apt_show_text)
                if MODULES_RE.match(e["package"]) and MODULES_RE.match(e["package"]).group(1) == branch]
     fits = set()

@@ -256,6 +256,12 @@ def unit_actions(found, main_pids):
     return out
 
 
+def unit_enabled(is_enabled_output):
+    """Does ``systemctl is-enabled UNIT`` output say the unit starts at boot? (``enabled``, ``enabled-runtime``;
+    not ``static``, ``disabled``, ``masked``, ``transient`` or ``generated``)."""
+    return (is_enabled_output or "").strip().splitlines()[:1] in (["enabled"], ["enabled-runtime"])
+
+
 def describe(leftover):
     """One line per leftover, for the failure message."""
     if not leftover["pid"]:

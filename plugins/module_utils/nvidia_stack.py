@@ -5,12 +5,23 @@
 
 What the roles driver and cuda read on a node, and the parsers here:
 
-``dpkg-query -W -f='${Package}\\t${db:Status-Abbrev}\\t${Version}\\n' 'nvidia-*' 'libnvidia-*'``::
+``dpkg-query -W -f='${Package}\\t${db:Status-Abbrev}\\t${Version}\\n' 'nvidia-*' 'libnvidia-*' 'linux-modules-nvidia-*' 'linux-image-*'``::
 
-    libnvidia-common-580\\tii \\t580.173.02-0ubuntu1
+    libnvidia-common-580\\tii \\t580.173.02-1ubuntu1
     nvidia-driver-pinning-580\\tii \\t580-1
-    nvidia-utils-580\\thi \\t580.173.02-0ubuntu1
+    nvidia-utils-580\\thi \\t580.173.02-1ubuntu1
+    nvidia-modprobe\\tii \\t580.126.09-1ubuntu1
+    nvidia-firmware-580-580.173.02\\tii \\t580.173.02-1ubuntu1
+    linux-modules-nvidia-580-open-6.17.0-1014-nvidia\\thi \\t6.17.0-1014.14+3
+    linux-modules-nvidia-580-open-nvidia-hwe-24.04\\tii \\t6.17.0-1014.14+3
+    linux-image-nvidia-hwe-24.04\\tii \\t6.17.0-1014.14
     nvidia-driver-580-open\\tun \\t
+
+``apt-cache show linux-modules-nvidia-580-open-6.17.0-1026-nvidia ...`` (stanzas; one per version)::
+
+    Package: linux-modules-nvidia-580-open-6.17.0-1026-nvidia
+    Version: 6.17.0-1026.26+3
+    Depends: nvidia-kernel-common-580 (= 580.173.02-1ubuntu1), linux-image-6.17.0-1026-nvidia
 
 ``/proc/driver/nvidia/version``::
 
@@ -79,6 +90,24 @@ def version_matches(version, spec):
     return version == spec
 
 
+# Packages named like the driver whose versions are their own (never counted as the driver, never removed):
+# nvidia-modprobe and nvidia-settings (a public GB10 project had to pin nvidia-modprobe apart), the GSP firmware
+# (one package per version, the previous one stays until autoremove), the pinning packages, the container toolkit.
+OWN_VERSION_RE = re.compile(r"^(nvidia-modprobe|nvidia-settings|nvidia-firmware-.*|nvidia-driver-pinning-.*"
+                            r"|libnvidia-container.*|nvidia-container-.*)$")
+# The precompiled kernel modules (Canonical's linux-restricted-modules): one package per kernel, one per flavour.
+MODULES_RE = re.compile(r"^linux-modules-nvidia-(\d{3})-open-(.+)$")
+KERNEL_RELEASE_RE = re.compile(r"^\d+\.\d+\.\d+-\d+-[a-z0-9][a-z0-9.-]*$")
+DKMS_RE = re.compile(r"^nvidia-dkms(-\d{3})?-open$|^nvidia-dkms(-\d{3})?$")
+_IMAGE_META_RE = re.compile(r"^linux-image-(?!\d+\.\d+\.\d+-)(.+)$")
+_EQ_DEP_RE = re.compile(r"^\s*(\S+)\s*\(\s*=\s*([^)\s]+)\s*\)\s*$")
+
+
+def own_version(name):
+    """True for nvidia-modprobe, nvidia-settings, nvidia-firmware-*, nvidia-driver-pinning-*, the container toolkit."""
+    return bool(OWN_VERSION_RE.match(name or ""))
+
+
 def parse_dpkg_query(text):
     """Parse the dpkg-query lines above; returns every package dpkg knows, installed or not::
 
@@ -105,27 +134,42 @@ def parse_dpkg_query(text):
     return packages
 
 
-def driver_state(dpkg_text, wanted, pin_packages=None):
+def driver_state(dpkg_text, wanted, pin_packages=None, kernel=""):
     """Classify a node's NVIDIA driver packages against the wanted version (exact or branch).
 
-    Only installed packages whose upstream version looks like a driver version
-    count (so nvidia-driver-pinning-580 at 580-1 or libnvidia-container1 at
-    1.17.8 do not). Returns::
+    The driver's version set is every installed package whose upstream version
+    looks like a driver version, except those with versions of their own
+    (``own_version``: nvidia-modprobe, the firmware and pinning packages) and
+    the kernel module packages (linux-modules-nvidia-*, at kernel versions),
+    which are reported apart. ``kernel`` is the running kernel's release
+    (/proc/sys/kernel/osrelease). Returns::
 
         {"state": "ok" | "absent" | "other",
          "version": "580.173.02",            # the one installed driver version, "" if none or several
          "versions": {"580.173.02": ["libnvidia-common-580", ...]},
          "summary": "580.173.02 (libnvidia-common-580, ...)",
-         "packages": {"libnvidia-common-580": "580.173.02", ...},   # installed driver packages
-         "held": ["nvidia-utils-580"],
-         "pins_missing": ["libnvidia-compute"]}   # pin names that are not installed
+         "packages": {"libnvidia-common-580": "580.173.02", ...},   # the installed driver set
+         "debs": {"libnvidia-common-580": "580.173.02-1ubuntu1", ...},
+         "held": ["nvidia-utils-580"],                              # every held package dpkg shows
+         "pins_missing": ["libnvidia-compute"],                     # pin names that are not installed
+         "own_version": {"nvidia-modprobe": "580.126.09-1ubuntu1"},  # never counted, never removed
+         "modules": {"linux-modules-nvidia-580-open-6.17.0-1014-nvidia": "6.17.0-1014.14+3", ...},
+         "module_kernels": ["linux-modules-nvidia-580-open-6.17.0-1014-nvidia"],
+         "module_metas": ["linux-modules-nvidia-580-open-nvidia-hwe-24.04"],
+         "kernel_module": "linux-modules-nvidia-580-open-6.17.0-1014-nvidia",  # the running kernel's, "" if none
+         "dkms": ["nvidia-dkms-580-open"],
+         "layout": "precompiled" | "dkms" | "none",
+         "kernel_flavours": ["nvidia-hwe-24.04"],                   # installed linux-image-<flavour> metapackages
+         "kernels": ["6.17.0-1014-nvidia"]}                         # installed linux-image-<release> packages
 
     ``ok``: exactly one driver version is installed and it satisfies ``wanted``;
     ``absent``: no driver package is installed; ``other``: anything else
     (another version, another branch, or a partial upgrade with two versions).
     """
     packages = [p for p in parse_dpkg_query(dpkg_text) if p["installed"]]
-    drivers = [p for p in packages if is_driver_version(p["upstream"])]
+    modules = [p for p in packages if MODULES_RE.match(p["package"])]
+    drivers = [p for p in packages if is_driver_version(p["upstream"]) and not own_version(p["package"])
+               and not MODULES_RE.match(p["package"]) and not p["package"].startswith("linux-")]
     versions = {}
     for pkg in drivers:
         versions.setdefault(pkg["upstream"], []).append(pkg["package"])
@@ -140,15 +184,95 @@ def driver_state(dpkg_text, wanted, pin_packages=None):
         state = "other"
     by_name = dict((p["package"], p) for p in packages)
     pins = list(pin_packages or [])
+    kernels = sorted(p["package"] for p in modules if KERNEL_RELEASE_RE.match(MODULES_RE.match(p["package"]).group(2)))
+    running = [n for n in kernels if kernel and MODULES_RE.match(n).group(2) == kernel]
+    dkms = sorted(p["package"] for p in drivers if DKMS_RE.match(p["package"]))
     return {
         "state": state,
         "version": single,
         "versions": versions,
         "summary": ", ".join("%s (%s)" % (v, ", ".join(versions[v])) for v in sorted(versions)),
         "packages": dict((p["package"], p["upstream"]) for p in drivers),
+        "debs": dict((p["package"], p["version"]) for p in drivers),
         "held": sorted(p["package"] for p in packages if p["held"]),
         "pins_missing": [n for n in pins if n not in by_name],
+        "own_version": dict((p["package"], p["version"]) for p in packages if own_version(p["package"])),
+        "modules": dict((p["package"], p["version"]) for p in modules),
+        "module_kernels": kernels,
+        "module_metas": sorted(p["package"] for p in modules if p["package"] not in kernels),
+        "kernel_module": running[0] if running else "",
+        "dkms": dkms,
+        "layout": "precompiled" if modules else ("dkms" if dkms else "none"),
+        "kernel_flavours": sorted(_IMAGE_META_RE.match(p["package"]).group(1) for p in packages
+                                  if _IMAGE_META_RE.match(p["package"])),
+        "kernel_flavour_versions": dict((_IMAGE_META_RE.match(p["package"]).group(1), p["version"]) for p in packages
+                                        if _IMAGE_META_RE.match(p["package"])),
+        "kernels": sorted(p["package"][len("linux-image-"):] for p in packages if p["package"].startswith("linux-image-")
+                          and KERNEL_RELEASE_RE.match(p["package"][len("linux-image-"):])),
     }
+
+
+def parse_apt_cache_show(text):
+    """``apt-cache show`` stanzas -> ``[{"package", "version", "depends": [[alternative, ...], ...]}]``."""
+    entries = []
+    for block in (text or "").split("\n\n"):
+        fields = {}
+        for line in block.splitlines():
+            if line[:1] in (" ", "\t") or ":" not in line:
+                continue
+            key, value = line.split(":", 1)
+            fields[key.strip()] = value.strip()
+        if fields.get("Package") and fields.get("Version"):
+            depends = [[alt.strip() for alt in group.split("|")]
+                       for group in fields.get("Depends", "").split(",") if group.strip()]
+            entries.append({"package": fields["Package"], "version": fields["Version"], "depends": depends})
+    return entries
+
+
+def _eq_deps(entry):
+    """{name: version} of the entry's single-alternative ``(= version)`` dependencies."""
+    found = {}
+    for group in entry["depends"]:
+        match = _EQ_DEP_RE.match(group[0]) if len(group) == 1 else None
+        if match:
+            found[match.group(1)] = match.group(2)
+    return found
+
+
+def module_builds(apt_show_text, wanted):
+    """The precompiled module builds that fit a driver: ``{package: [versions]}``, newest last.
+
+    A per-kernel package (linux-modules-nvidia-580-open-6.17.0-1014-nvidia)
+    fits when it depends on ``nvidia-kernel-common-<branch suffix> (= V)`` and
+    V's upstream satisfies ``wanted`` (an exact version or a branch); a flavour
+    metapackage (linux-modules-nvidia-580-open-nvidia-hwe-24.04) fits when it
+    depends (=) on a per-kernel build that fits. Packages of another branch
+    than ``wanted``'s are left out.
+    """
+    branch = str(wanted).split(".", 1)[0]
+    entries = [e for e in parse_apt_cache_show(apt_show_text)
+               if MODULES_RE.match(e["package"]) and MODULES_RE.match(e["package"]).group(1) == branch]
+    fits = set()
+    for entry in entries:
+        deps = _eq_deps(entry)
+        common = [v for n, v in deps.items() if re.match(r"^nvidia-kernel-common(-\d{3})?$", n)]
+        if common and all(version_matches(upstream_version(v), wanted) for v in common):
+            fits.add((entry["package"], entry["version"]))
+    for entry in entries:
+        if (entry["package"], entry["version"]) in fits:
+            continue
+        deps = _eq_deps(entry)
+        if any((n, v) in fits for n, v in deps.items()):
+            fits.add((entry["package"], entry["version"]))
+    builds = {}
+    for name, version in fits:
+        builds.setdefault(name, []).append(version)
+    return dict((n, sorted(set(v), key=_version_key)) for n, v in builds.items())
+
+
+def _version_key(version):
+    """A sort key good enough for kernel-style module versions (6.17.0-1014.14+3)."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"[.+~:-]", version)]
 
 
 def proc_driver_version(text):

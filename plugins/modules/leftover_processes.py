@@ -16,7 +16,8 @@ description:
     O(patterns) or that listen on one of O(ports), unless they belong to the serving unit O(unit) (its cgroup) or
     to a container of the compose project O(compose_project).
   - With O(stop=false) (the default) it only reads. With O(stop=true) it ends each leftover the way that sticks -
-    C(systemctl stop) for a system service whose main process is vLLM/Ray (a kill is raced by the unit's restart),
+    C(systemctl stop) for a system service whose main process is vLLM/Ray (a kill is raced by the unit's restart;
+    an enabled unit is also disabled, so it does not come back at the next boot),
     C(docker stop) for one in a container, SIGTERM then SIGKILL for anything else - and reports what is left. A
     port holder in a system service that is not vLLM/Ray (docker-proxy, a notebook server) is never stopped, only
     reported.
@@ -114,7 +115,7 @@ stopped:
   type: list
   elements: str
   returned: always
-  sample: ["systemctl stop old-vllm.service", "SIGTERM pid 4343 (ray::IDLE)"]
+  sample: ["systemctl stop old-vllm.service", "systemctl disable old-vllm.service", "SIGTERM pid 4343 (ray::IDLE)"]
 remaining:
   description: Leftovers still there afterwards (the same as RV(leftovers) when O(stop=false)).
   type: list
@@ -189,6 +190,14 @@ def stop_all(module, found):
             rc, _out, err = module.run_command(["systemctl", "stop", unit], environ_update={"LC_ALL": "C"})
             if rc != 0:
                 module.fail_json(msg="systemctl stop %s failed (%d): %s" % (unit, rc, err.strip()), stopped=actions)
+        # stopped but still enabled, it starts again at the next boot beside ours
+        _rc, out, _err = module.run_command(["systemctl", "is-enabled", unit], environ_update={"LC_ALL": "C"})
+        if lo.unit_enabled(out):
+            actions.append("systemctl disable %s" % unit)
+            if not module.check_mode:
+                rc, _out, err = module.run_command(["systemctl", "disable", unit], environ_update={"LC_ALL": "C"})
+                if rc != 0:
+                    module.fail_json(msg="systemctl disable %s failed (%d): %s" % (unit, rc, err.strip()), stopped=actions)
     docker = module.get_bin_path("docker") if containers else None
     for container in containers:
         actions.append("docker stop %s" % container[:12])

@@ -1,7 +1,9 @@
-"""Live state of the molecule driver scenario's pair after converge,
-idempotence, check and the side effects (dist-upgrade, a downgraded worker,
-a worker on the 590 branch, both converged back with driver_enforce; NVIDIA's
-repo added on the worker by the cuda role).
+"""Live state of the molecule driver scenario's nodes after converge,
+idempotence and the side effects (dist-upgrade with a kernel flavour update and
+a reboot into it, a downgraded worker, a worker on the 590 branch, both
+converged back with driver_enforce; NVIDIA's repo added on the worker by the
+cuda role). spark-head and spark-worker are stock DGX OS nodes (precompiled
+modules), spark-dkms a Spark reinstalled with plain Ubuntu (DKMS).
 
 Expected values are the roles' defaults: driver 580.173.02, CUDA 13.0 as the
 system default, 13.3 for the runtime.
@@ -13,43 +15,86 @@ import re
 import pytest
 
 DRIVER = "580.173.02"
-DEB_VERSION = DRIVER + "-0ubuntu1"
-PINS = ["nvidia-driver-580-open", "nvidia-dkms-580-open", "nvidia-kernel-common-580", "nvidia-utils-580",
-        "libnvidia-compute-580", "libnvidia-common-580"]
+DEB_VERSION = DRIVER + "-1ubuntu1"
+USERSPACE = ["nvidia-driver-580-open", "nvidia-kernel-common-580", "nvidia-utils-580",
+             "libnvidia-compute-580", "libnvidia-common-580"]
+KERNEL = "6.17.0-1026-nvidia"   # the flavour update side effect 1 installed and booted
+MODULES = ["linux-modules-nvidia-580-open-6.17.0-1014-nvidia", "linux-modules-nvidia-580-open-6.17.0-1026-nvidia"]
+
+
+def dkms(host):
+    return host.backend.get_hostname() == "spark-dkms"
+
+
+def pins(host):
+    return USERSPACE + (["nvidia-dkms-580-open"] if dkms(host) else [])
 
 
 def installed(host):
-    out = host.check_output("dpkg-query -W -f='${Package} ${db:Status-Abbrev} ${Version}\\n' 'nvidia-*' 'libnvidia-*' 'cuda-*'")
+    out = host.check_output("dpkg-query -W -f='${Package} ${db:Status-Abbrev} ${Version}\\n' 'nvidia-*' 'libnvidia-*' 'cuda-*' 'linux-modules-nvidia-*'")
     return {f[0]: f[2] for f in (line.split() for line in out.splitlines()) if len(f) == 3 and f[1][1] == "i"}
 
 
-@pytest.mark.parametrize("name", PINS)
+@pytest.mark.parametrize("name", USERSPACE)
 def test_driver_package_is_at_the_pin(host, name):
     assert host.package(name).is_installed
     assert host.package(name).version == DEB_VERSION
 
 
+def test_kernel_side_of_the_profile(host):
+    pkgs = installed(host)
+    if dkms(host):
+        assert pkgs["nvidia-dkms-580-open"] == DEB_VERSION
+        assert not [n for n in pkgs if n.startswith("linux-modules-nvidia-")]
+        ko = host.file("/lib/modules/%s/updates/dkms/nvidia.ko" % KERNEL)
+    else:
+        assert "nvidia-dkms-580-open" not in pkgs and "nvidia-dkms-open" not in pkgs
+        assert pkgs["linux-modules-nvidia-580-open-6.17.0-1014-nvidia"] == "6.17.0-1014.14+3"
+        assert pkgs["linux-modules-nvidia-580-open-6.17.0-1026-nvidia"] == "6.17.0-1026.26+3"
+        assert pkgs["linux-modules-nvidia-580-open-nvidia-hwe-24.04"] == "6.17.0-1026.26+3"
+        ko = host.file("/lib/modules/%s/kernel/nvidia-580-open/nvidia.ko" % KERNEL)
+    assert "version=%s\n" % DRIVER in ko.content_string
+    assert host.file("/var/lib/spark-sim/proc/sys/kernel/osrelease").content_string == KERNEL + "\n"
+
+
+def test_modprobe_and_firmware_keep_their_own_versions(host):
+    pkgs = installed(host)
+    held = host.check_output("apt-mark showhold").split()
+    if not dkms(host):
+        assert pkgs["nvidia-modprobe"] == "580.126.09-1ubuntu1"
+        assert "nvidia-modprobe" not in held
+    assert pkgs["nvidia-firmware-580-%s" % DRIVER] == DEB_VERSION
+    assert not [n for n in held if n.startswith("nvidia-firmware-")]
+
+
 def test_no_other_driver_version_is_installed(host):
     pkgs = installed(host)
-    driver_like = {n: v for n, v in pkgs.items() if re.match(r"^\d{3}\.\d+", v)}
+    driver_like = {n: v for n, v in pkgs.items() if re.match(r"^\d{3}\.\d+", v)
+                   and not re.match(r"^(nvidia-modprobe|nvidia-firmware-|nvidia-driver-pinning-)", n)}
     assert set(driver_like.values()) == {DEB_VERSION}, driver_like
     assert not [n for n in pkgs if n in ("nvidia-driver-open", "libnvidia-compute", "nvidia-utils")]
 
 
 def test_driver_packages_are_held(host):
     held = host.check_output("apt-mark showhold").split()
-    assert sorted(set(PINS) & set(held)) == sorted(PINS)
+    # the derived set: the userspace packages and the kernel side (DKMS, or the per-kernel module packages);
+    # the flavour metapackage is pinned, not held (it follows a kernel update to the same driver's build)
+    assert sorted(held) == sorted(pins(host) + ([] if dkms(host) else MODULES))
 
 
 def test_apt_prefers_the_pinned_version(host):
     policy = host.check_output("apt-cache policy nvidia-utils-580 libnvidia-compute-580")
     assert policy.count("Candidate: %s" % DEB_VERSION) == 2
     assert re.search(r"^\s+(\*\*\* )?%s 1001$" % re.escape(DEB_VERSION), policy, re.M), policy
-    assert re.search(r"^\s+580\.178\.04-0ubuntu1 (500|1000)$", policy, re.M), policy  # newer 580.x is there, not chosen
+    assert re.search(r"^\s+580\.178\.04-1ubuntu1 (500|1000)$", policy, re.M), policy  # newer 580.x is there, not chosen
     pref = host.file("/etc/apt/preferences.d/dgxspark-nvidia-driver")
     assert pref.mode == 0o644
-    assert "Package: %s\n" % " ".join(PINS) in pref.content_string
+    assert "Package: %s\n" % " ".join(sorted(pins(host))) in pref.content_string
     assert "Pin: version %s-*\n" % DRIVER in pref.content_string
+    if not dkms(host):
+        meta = host.check_output("apt-cache policy linux-modules-nvidia-580-open-nvidia-hwe-24.04")
+        assert "Candidate: 6.17.0-1026.26+3" in meta, meta   # +4 (580.178.04's build) is newer, not chosen
+        assert re.search(r"^\s+6\.17\.0-1026\.26\+4 500$", meta, re.M), meta
 
 
 def test_nvidia_pinning_package_is_installed(host):
@@ -78,11 +123,13 @@ def test_loaded_module_matches_the_installed_driver(host):
     assert smi.rc == 0 and smi.stdout.strip() == "NVIDIA GB10, %s" % DRIVER
 
 
-def test_head_never_rebooted_worker_rebooted_for_each_driver_change(host):
+def test_reboots_only_for_the_kernel_update_and_each_driver_change(host):
     state = json.loads(host.file("/var/lib/spark-sim/state.json").content_string)
-    # worker: install (converge), downgrade, enforce, 590, enforce = 5 reboots after its first boot
-    expected = 1 if host.backend.get_hostname() == "spark-head" else 6
+    # every node: the reboot into the new kernel (side effect 1); the worker also: install (converge),
+    # downgrade, enforce, 590, enforce = 6 reboots after its first boot
+    expected = 7 if host.backend.get_hostname() == "spark-worker" else 2
     assert state["boot"]["count"] == expected
+    assert state["kernel"]["release"] == KERNEL
 
 
 @pytest.mark.parametrize("link,name", [("/usr/local/cuda", "cuda"), ("/usr/local/cuda-13", "cuda-13")])
@@ -125,7 +172,7 @@ def test_runtime_environment_file(host):
 
 def test_nvidia_repo_where_it_was_added(host):
     sources = host.file("/etc/apt/sources.list.d/cuda.sources")
-    if host.backend.get_hostname() == "spark-head":
+    if host.backend.get_hostname() != "spark-worker":
         assert not sources.exists  # DGX OS-like: the preconfigured repo, nothing added
         assert host.file("/etc/apt/sources.list.d/nvidia-sim.sources").exists
         return

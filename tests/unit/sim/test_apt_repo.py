@@ -36,14 +36,14 @@ def repo(tmp_path_factory):
 def test_driver_versions_and_names(repo):
     _out, stanzas, _src = repo
     versions = sorted(v for (name, v) in stanzas if name == "libnvidia-compute-580")
-    assert versions == ["580.159.03-0ubuntu1", "580.173.02-0ubuntu1", "580.178.04-0ubuntu1", "580.95.05-0ubuntu1"]
-    assert ("libnvidia-compute", "590.48.01-0ubuntu1") in stanzas
+    assert versions == ["580.159.03-1ubuntu1", "580.173.02-1ubuntu1", "580.178.04-1ubuntu1", "580.95.05-1ubuntu1"]
+    assert ("libnvidia-compute", "590.48.01-1ubuntu1") in stanzas
     assert ("nvidia-driver-pinning-580", "580-1") in stanzas
-    meta = stanzas[("nvidia-driver-580-open", "580.173.02-0ubuntu1")]
-    assert "nvidia-utils-580 (= 580.173.02-0ubuntu1)" in meta["Depends"]
-    assert "libnvidia-compute-580 (= 580.173.02-0ubuntu1)" in meta["Depends"]
-    assert stanzas[("libnvidia-compute", "590.48.01-0ubuntu1")]["Conflicts"] == "libnvidia-compute-580"
-    assert stanzas[("libnvidia-common-580", "580.173.02-0ubuntu1")]["Architecture"] == "all"
+    meta = stanzas[("nvidia-driver-580-open", "580.173.02-1ubuntu1")]
+    assert "nvidia-utils-580 (= 580.173.02-1ubuntu1)" in meta["Depends"]
+    assert "libnvidia-compute-580 (= 580.173.02-1ubuntu1)" in meta["Depends"]
+    assert stanzas[("libnvidia-compute", "590.48.01-1ubuntu1")]["Conflicts"] == "libnvidia-compute-580"
+    assert stanzas[("libnvidia-common-580", "580.173.02-1ubuntu1")]["Architecture"] == "all"
     assert meta["Architecture"] == "arm64"
 
 
@@ -51,7 +51,7 @@ def test_cuda_metapackage_pulls_a_driver_the_toolkit_does_not(repo):
     _out, stanzas, _src = repo
     assert "cuda-runtime-13-3" in stanzas[("cuda-13-3", "13.3.1-1")]["Depends"]
     assert "cuda-drivers" in stanzas[("cuda-runtime-13-3", "13.3.1-1")]["Depends"]
-    assert stanzas[("cuda-drivers", "590.48.01-0ubuntu1")]["Depends"] == "nvidia-driver-open (= 590.48.01-0ubuntu1)"
+    assert stanzas[("cuda-drivers", "590.48.01-1ubuntu1")]["Depends"] == "nvidia-driver-open (= 590.48.01-1ubuntu1)"
     for release, version in (("13-0", "13.0.2-1"), ("13-3", "13.3.1-1")):
         depends = stanzas[("cuda-toolkit-%s" % release, version)]["Depends"]
         assert "driver" not in depends and "nvidia" not in depends
@@ -83,7 +83,7 @@ def test_nvcc_answers_like_the_real_one(repo, tmp_path, release, line):
 
 def test_driver_postinst_records_the_userspace_version(repo, tmp_path):
     out, _stanzas, _src = repo
-    subprocess.run(["dpkg-deb", "-e", str(out / "libnvidia-compute-580_580.173.02-0ubuntu1_arm64.deb"), str(tmp_path / "c")],
+    subprocess.run(["dpkg-deb", "-e", str(out / "libnvidia-compute-580_580.173.02-1ubuntu1_arm64.deb"), str(tmp_path / "c")],
                    check=True)
     assert 'echo "580.173.02" > /var/lib/spark-sim/driver-userspace-version' in (tmp_path / "c" / "postinst").read_text()
 
@@ -93,3 +93,33 @@ def test_unsigned_sources_file(repo):
     assert "URIs: file:%s/" % out in sources
     assert "Suites: ./" in sources and "Trusted: yes" in sources
     assert "SHA256:" in (out / "Release").read_text()
+
+
+def test_stock_dgx_os_package_set(repo):
+    """The precompiled module per kernel (one build per driver, = its kernel-common), the flavour metapackages,
+    the firmware and exact pinning packages, nvidia-modprobe at a version of its own."""
+    _out, stanzas, _src = repo
+    mod = stanzas[("linux-modules-nvidia-580-open-6.17.0-1026-nvidia", "6.17.0-1026.26+3")]
+    assert mod["Depends"] == "nvidia-kernel-common-580 (= 580.173.02-1ubuntu1), linux-image-6.17.0-1026-nvidia"
+    meta = stanzas[("linux-modules-nvidia-580-open-nvidia-hwe-24.04", "6.17.0-1014.14+3")]
+    assert meta["Depends"] == "linux-modules-nvidia-580-open-6.17.0-1014-nvidia (= 6.17.0-1014.14+3)"
+    assert stanzas[("linux-image-nvidia-hwe-24.04", "6.17.0-1026.26")]["Depends"] == \
+        "linux-image-6.17.0-1026-nvidia (= 6.17.0-1026.26)"
+    driver = stanzas[("nvidia-driver-580-open", "580.173.02-1ubuntu1")]["Depends"]
+    assert driver.startswith("linux-modules-nvidia-580-open-nvidia-hwe-24.04 | nvidia-dkms-580-open (= 580.173.02-1ubuntu1), ")
+    assert ("nvidia-firmware-580-580.173.02", "580.173.02-1ubuntu1") in stanzas
+    assert ("nvidia-driver-pinning-580.173.02", "580.173.02-1") in stanzas
+    assert [v for (n, v) in stanzas if n == "nvidia-modprobe"] == ["580.126.09-1ubuntu1"]
+
+
+def test_precompiled_module_path_and_dkms_build(repo, tmp_path):
+    out, _stanzas, _src = repo
+    deb = out / "linux-modules-nvidia-580-open-6.17.0-1014-nvidia_6.17.0-1014.14+3_arm64.deb"
+    listing = subprocess.run(["dpkg-deb", "-c", str(deb)], check=True, capture_output=True, text=True).stdout
+    assert "./lib/modules/6.17.0-1014-nvidia/kernel/nvidia-580-open/nvidia.ko" in listing
+    dkms = out / "nvidia-dkms-580-open_580.173.02-1ubuntu1_arm64.deb"
+    listing = subprocess.run(["dpkg-deb", "-c", str(dkms)], check=True, capture_output=True, text=True).stdout
+    assert "./etc/kernel/postinst.d/dkms" in listing
+    subprocess.run(["dpkg-deb", "-x", str(dkms), str(tmp_path)], check=True)
+    hook = (tmp_path / "etc" / "kernel" / "postinst.d" / "dkms").read_text()
+    assert "/lib/modules/$kernel/updates/dkms/nvidia.ko" in hook and "version=580.173.02" in hook

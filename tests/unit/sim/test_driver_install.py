@@ -23,6 +23,7 @@ def node(tmp_path, monkeypatch):
     proc = tmp_path / "proc"
     monkeypatch.setenv("SPARK_SIM_DRIVER_USERSPACE", str(userspace))
     monkeypatch.setenv("SPARK_SIM_PROC", str(proc))
+    monkeypatch.setenv("SPARK_SIM_FS_ROOT", str(tmp_path / "root"))  # no /boot kernels unless a test writes them
     state = {"hostname": "spark-test", "gpu": gpumod.default_gpu("spark-test")}
     return state, userspace, proc / "driver" / "nvidia" / "version"
 
@@ -58,7 +59,7 @@ def test_power_on_loads_the_installed_driver_and_writes_proc(node):
 def test_no_driver_installed_means_no_module(node):
     state, userspace, proc = node
     assert not userspace.exists()
-    assert gpumod.apply_driver_install(state) == ["gpu: no NVIDIA driver installed: no kernel module loaded (was 580.173.02)"]
+    assert gpumod.apply_driver_install(state) == ["gpu: no NVIDIA kernel module for 6.17.0-1014-nvidia: none loaded (was 580.173.02)"]
     assert state["gpu"]["driver_loaded"] is False
     assert not proc.exists()
     assert smi(state, "-L")[0] == gpumod.EXIT_DRIVER_NOT_LOADED
@@ -66,6 +67,38 @@ def test_no_driver_installed_means_no_module(node):
     assert smi(state, "-L")[0] == gpumod.EXIT_DRIVER_NOT_LOADED
     assert gpumod.apply_driver_install(state) == ["gpu: NVIDIA kernel module 580.173.02 loaded (was none)"]
     assert proc.exists()
+
+
+def _kernel(root, release, module=None, dkms=None):
+    (root / "boot").mkdir(parents=True, exist_ok=True)
+    (root / "boot" / ("vmlinuz-" + release)).write_text("kernel\n")
+    for rel, version in (("kernel/nvidia-580-open/nvidia.ko", module), ("updates/dkms/nvidia.ko", dkms)):
+        if version:
+            path = root / "lib" / "modules" / release / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("spark-sim stand-in nvidia.ko\nversion=%s\n" % version)
+
+
+def test_the_newest_kernel_boots_with_the_module_it_has(node, tmp_path):
+    state, userspace, proc = node
+    root = tmp_path / "root"
+    userspace.write_text("580.173.02\n")
+    _kernel(root, "6.17.0-1014-nvidia", module="580.173.02")
+    assert gpumod.apply_driver_install(state) == []
+    assert state["kernel"] == {"release": "6.17.0-1014-nvidia",
+                               "module": "/lib/modules/6.17.0-1014-nvidia/kernel/nvidia-580-open/nvidia.ko"}
+    assert (proc.parents[2] / "sys" / "kernel" / "osrelease").read_text() == "6.17.0-1014-nvidia\n"
+    # a kernel flavour update without its module: the next boot has no driver (nvidia-smi exit 9)
+    _kernel(root, "6.17.0-1026-nvidia")
+    assert gpumod.apply_driver_install(state) == [
+        "kernel: 6.17.0-1026-nvidia (was 6.17.0-1014-nvidia)",
+        "gpu: no NVIDIA kernel module for 6.17.0-1026-nvidia: none loaded (was 580.173.02)"]
+    assert smi(state)[0] == 9 and not proc.exists()
+    # its DKMS build (or precompiled package) present: loaded again
+    _kernel(root, "6.17.0-1026-nvidia", dkms="580.173.02")
+    assert gpumod.apply_driver_install(state) == [
+        "gpu: NVIDIA kernel module 580.173.02 loaded from /lib/modules/6.17.0-1026-nvidia/updates/dkms/nvidia.ko (was none)"]
+    assert smi(state, "--query-gpu=driver_version", "--format=csv,noheader") == (0, "580.173.02\n")
 
 
 def test_write_proc_follows_a_state_edit(node):
@@ -103,13 +136,24 @@ def test_spark_sim_installs_what_the_inventory_says_a_node_ships_with(tmp_path):
         "        c:\n          ansible_host: 10.77.250.13\n"
         "          dgxspark_fabric_rails: [{netdev: enp1s0f1np1, ipv4: 192.168.250.3}]\n"
         "          spark_sim_driver_version: 590.48.01\n          spark_sim_cuda_toolkits: ['13.0', '13.3']\n"
-        "          spark_sim_preinstalled: [nvidia-driver-pinning-580]\n")
+        "          spark_sim_preinstalled: [nvidia-driver-pinning-580]\n"
+        "        d:\n          ansible_host: 10.77.250.14\n"
+        "          dgxspark_fabric_rails: [{netdev: enp1s0f1np1, ipv4: 192.168.250.4}]\n"
+        "          spark_sim_driver_profile: dkms\n          spark_sim_driver_version: 580.159.03\n")
     sim = _spark_sim_module().Sim(str(inv))
-    assert sim.preinstalled("a") == [
-        "nvidia-driver-580-open=580.173.02-*", "nvidia-dkms-580-open=580.173.02-*", "nvidia-kernel-common-580=580.173.02-*",
+    kernel = ["linux-image-nvidia-hwe-24.04=6.17.0-1014.14", "linux-image-6.17.0-1014-nvidia=6.17.0-1014.14"]
+    assert sim.preinstalled("a") == kernel + [
+        "nvidia-driver-580-open=580.173.02-*", "nvidia-kernel-common-580=580.173.02-*",
         "nvidia-utils-580=580.173.02-*", "libnvidia-compute-580=580.173.02-*", "libnvidia-common-580=580.173.02-*",
-        "cuda-toolkit-13-0"]
-    assert sim.preinstalled("b") == ["cuda-toolkit-13-0"]
+        "linux-modules-nvidia-580-open-nvidia-hwe-24.04=6.17.0-1014.14+3",
+        "linux-modules-nvidia-580-open-6.17.0-1014-nvidia=6.17.0-1014.14+3",
+        "nvidia-firmware-580-580.173.02", "nvidia-modprobe", "cuda-toolkit-13-0"]
+    assert sim.preinstalled("b") == kernel + ["nvidia-modprobe", "cuda-toolkit-13-0"]
     assert sim.node_options("b")["driver_version"] is None
-    assert sim.preinstalled("c")[0] == "nvidia-driver-open=590.48.01-*"
+    assert sim.preinstalled("c")[2] == "nvidia-driver-open=590.48.01-*"
     assert sim.preinstalled("c")[-3:] == ["cuda-toolkit-13-0", "cuda-toolkit-13-3", "nvidia-driver-pinning-580"]
+    # a Spark reinstalled with plain Ubuntu: DKMS, no precompiled module, no nvidia-modprobe
+    assert sim.preinstalled("d") == kernel + [
+        "nvidia-driver-580-open=580.159.03-*", "nvidia-dkms-580-open=580.159.03-*", "nvidia-kernel-common-580=580.159.03-*",
+        "nvidia-utils-580=580.159.03-*", "libnvidia-compute-580=580.159.03-*", "libnvidia-common-580=580.159.03-*",
+        "nvidia-firmware-580-580.159.03", "cuda-toolkit-13-0"]

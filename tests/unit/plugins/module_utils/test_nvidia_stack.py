@@ -147,3 +147,83 @@ def test_filters_are_registered():
     assert filters["proc_driver_version"] is ns.proc_driver_version
     assert filters["nvcc_release"] is ns.nvcc_release
     assert filters["apt_simulation"] is ns.apt_simulation
+
+
+# A stock DGX OS 7 node (sim/apt-repo's stock profile, names from public Spark captures): the precompiled module
+# of the running kernel and its flavour metapackage, nvidia-modprobe and the firmware at versions of their own.
+STOCK_USERSPACE = ("nvidia-driver-580-open", "nvidia-kernel-common-580", "nvidia-utils-580",
+                   "libnvidia-compute-580", "libnvidia-common-580")
+STOCK = dpkg(
+    *[(n, "ii ", "580.173.02-1ubuntu1") for n in STOCK_USERSPACE],
+    ("nvidia-firmware-580-580.173.02", "ii ", "580.173.02-1ubuntu1"),
+    ("nvidia-firmware-580-580.159.03", "ii ", "580.159.03-1ubuntu1"),   # left over from the previous driver
+    ("nvidia-modprobe", "ii ", "580.126.09-1ubuntu1"),
+    ("nvidia-driver-pinning-580", "ii ", "580-1"),
+    ("nvidia-driver-pinning-580.173.02", "ii ", "580.173.02-1"),
+    ("linux-modules-nvidia-580-open-6.17.0-1014-nvidia", "hi ", "6.17.0-1014.14+3"),
+    ("linux-modules-nvidia-580-open-nvidia-hwe-24.04", "ii ", "6.17.0-1014.14+3"),
+    ("linux-image-6.17.0-1014-nvidia", "ii ", "6.17.0-1014.14"),
+    ("linux-image-nvidia-hwe-24.04", "ii ", "6.17.0-1014.14"),
+    ("nvidia-dkms-580-open", "un ", ""))
+
+
+def test_stock_node_counts_only_the_driver_set():
+    state = ns.driver_state(STOCK, "580.173.02", [], "6.17.0-1014-nvidia")
+    assert state["state"] == "ok" and state["version"] == "580.173.02"
+    assert sorted(state["packages"]) == ["libnvidia-common-580", "libnvidia-compute-580", "nvidia-driver-580-open",
+                                         "nvidia-kernel-common-580", "nvidia-utils-580"]
+    assert state["own_version"] == {"nvidia-firmware-580-580.173.02": "580.173.02-1ubuntu1",
+                                    "nvidia-firmware-580-580.159.03": "580.159.03-1ubuntu1",
+                                    "nvidia-modprobe": "580.126.09-1ubuntu1", "nvidia-driver-pinning-580": "580-1",
+                                    "nvidia-driver-pinning-580.173.02": "580.173.02-1"}
+    assert state["layout"] == "precompiled" and state["dkms"] == []
+    assert state["module_kernels"] == ["linux-modules-nvidia-580-open-6.17.0-1014-nvidia"]
+    assert state["module_metas"] == ["linux-modules-nvidia-580-open-nvidia-hwe-24.04"]
+    assert state["kernel_module"] == "linux-modules-nvidia-580-open-6.17.0-1014-nvidia"
+    assert state["kernel_flavours"] == ["nvidia-hwe-24.04"]
+    assert state["kernels"] == ["6.17.0-1014-nvidia"]
+    assert "linux-modules-nvidia-580-open-6.17.0-1014-nvidia" in state["held"]
+
+
+def test_modprobe_at_another_version_is_not_another_driver():
+    # without the exclusion nvidia-modprobe 580.126.09 read as a second driver version: state "other"
+    state = ns.driver_state(STOCK, "580.173.02", [], "6.17.0-1026-nvidia")
+    assert state["state"] == "ok" and list(state["versions"]) == ["580.173.02"]
+    assert state["kernel_module"] == ""   # a kernel without its module: the role installs it
+
+
+def test_dkms_layout():
+    text = dpkg(*driver_rows("580.159.03", names=PINS), ("linux-image-nvidia-hwe-24.04", "ii ", "6.17.0-1014.14"))
+    state = ns.driver_state(text, "580.159.03", [], "6.17.0-1014-nvidia")
+    assert state["layout"] == "dkms" and state["dkms"] == ["nvidia-dkms-580-open"]
+    assert state["modules"] == {} and state["kernel_module"] == ""
+
+
+APT_SHOW = "\n".join(
+    "Package: %s\nVersion: %s\nDepends: %s\nDescription: x\n spark\n" % row for row in [
+        ("linux-modules-nvidia-580-open-6.17.0-1026-nvidia", "6.17.0-1026.26+3",
+         "nvidia-kernel-common-580 (= 580.173.02-1ubuntu1), linux-image-6.17.0-1026-nvidia"),
+        ("linux-modules-nvidia-580-open-6.17.0-1026-nvidia", "6.17.0-1026.26+4",
+         "nvidia-kernel-common-580 (= 580.178.04-1ubuntu1), linux-image-6.17.0-1026-nvidia"),
+        ("linux-modules-nvidia-580-open-6.17.0-1014-nvidia", "6.17.0-1014.14+3",
+         "nvidia-kernel-common-580 (= 580.173.02-1ubuntu1), linux-image-6.17.0-1014-nvidia"),
+        ("linux-modules-nvidia-580-open-nvidia-hwe-24.04", "6.17.0-1026.26+3",
+         "linux-modules-nvidia-580-open-6.17.0-1026-nvidia (= 6.17.0-1026.26+3)"),
+        ("linux-modules-nvidia-580-open-nvidia-hwe-24.04", "6.17.0-1026.26+4",
+         "linux-modules-nvidia-580-open-6.17.0-1026-nvidia (= 6.17.0-1026.26+4)"),
+        ("linux-modules-nvidia-580-open-nvidia-hwe-24.04", "6.17.0-1014.14+3",
+         "linux-modules-nvidia-580-open-6.17.0-1014-nvidia (= 6.17.0-1014.14+3)"),
+    ]) + "\n"
+
+
+def test_module_builds_fit_the_driver():
+    assert ns.module_builds(APT_SHOW, "580.173.02") == {
+        "linux-modules-nvidia-580-open-6.17.0-1014-nvidia": ["6.17.0-1014.14+3"],
+        "linux-modules-nvidia-580-open-6.17.0-1026-nvidia": ["6.17.0-1026.26+3"],
+        "linux-modules-nvidia-580-open-nvidia-hwe-24.04": ["6.17.0-1014.14+3", "6.17.0-1026.26+3"]}
+    assert ns.module_builds(APT_SHOW, "580.178.04") == {
+        "linux-modules-nvidia-580-open-6.17.0-1026-nvidia": ["6.17.0-1026.26+4"],
+        "linux-modules-nvidia-580-open-nvidia-hwe-24.04": ["6.17.0-1026.26+4"]}
+    assert len(ns.module_builds(APT_SHOW, "580")["linux-modules-nvidia-580-open-nvidia-hwe-24.04"]) == 3
+    assert ns.module_builds(APT_SHOW, "590.48.01") == {}
+    assert ns.module_builds("", "580.173.02") == {}

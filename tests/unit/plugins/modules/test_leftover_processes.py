@@ -132,6 +132,36 @@ def test_a_vllm_in_another_units_cgroup_is_signalled_not_its_unit(tmp_path):
     assert signal_pids.call_args[0][0] == [695]
 
 
+def test_a_stopped_leftover_unit_that_is_enabled_is_disabled_too(proc):
+    result, calls, _sig = run(dict(unit="dgxspark-vllm.service", ports=[25000], proc_root=str(proc), stop=True,
+                                   stop_timeout=1),
+                              commands={("systemctl", "show"): (0, "200\n", ""),
+                                        ("systemctl", "is-enabled"): (0, "enabled\n", "")})
+    assert result["stopped"][:2] == ["systemctl stop old-vllm.service", "systemctl disable old-vllm.service"]
+    assert calls.index(["systemctl", "stop", "old-vllm.service"]) < calls.index(["systemctl", "disable", "old-vllm.service"])
+
+
+def test_a_static_leftover_unit_is_not_disabled_and_check_mode_disables_nothing(proc):
+    result, calls, _sig = run(dict(unit="dgxspark-vllm.service", ports=[25000], proc_root=str(proc), stop=True,
+                                   stop_timeout=1),
+                              commands={("systemctl", "show"): (0, "200\n", ""),
+                                        ("systemctl", "is-enabled"): (0, "static\n", "")})
+    assert "systemctl disable old-vllm.service" not in result["stopped"]
+    assert ["systemctl", "disable", "old-vllm.service"] not in calls
+    result, calls, _sig = run(dict(unit="dgxspark-vllm.service", ports=[25000], proc_root=str(proc), stop=True),
+                              commands={("systemctl", "show"): (0, "200\n", ""),
+                                        ("systemctl", "is-enabled"): (0, "enabled\n", "")}, check_mode=True)
+    assert "systemctl disable old-vllm.service" in result["stopped"]
+    assert not [c for c in calls if c[:2] in (["systemctl", "disable"], ["systemctl", "stop"])]
+
+
+@pytest.mark.parametrize("out,enabled", [("enabled\n", True), ("enabled-runtime\n", True), ("static\n", False),
+                                         ("disabled\n", False), ("masked\n", False), ("", False),
+                                         ("transient\n", False)])
+def test_unit_enabled(out, enabled):
+    assert lo.unit_enabled(out) is enabled
+
+
 def test_a_failing_systemctl_stop_fails_the_module(proc):
     result, _calls, _sig = run(dict(unit="dgxspark-vllm.service", ports=[25000], proc_root=str(proc), stop=True),
                                commands={("systemctl", "show"): (0, "200\n", ""),

@@ -232,32 +232,88 @@ def write_proc(state: dict[str, Any], root: str | None = None) -> None:
         handle.write(proc_version_text(str(gpu.get("driver_version", DEFAULT_DRIVER_VERSION))))
 
 
+DEFAULT_KERNEL = "6.17.0-1014-nvidia"   # what a stock DGX OS 7 Spark runs (a public probe: 6.17.0-1014-nvidia)
+# Where the kernel finds the NVIDIA module: Canonical's precompiled package, then a DKMS build.
+MODULE_PATHS = ("kernel/nvidia-580-open/nvidia.ko", "updates/dkms/nvidia.ko")
+
+
+def installed_kernels(root: str = "/") -> list[str]:
+    """Kernel releases with an image in /boot (vmlinuz-<release>), oldest first."""
+    boot = os.path.join(root, "boot")
+    try:
+        names = os.listdir(boot)
+    except OSError:
+        return []
+    releases = [n[len("vmlinuz-"):] for n in names if n.startswith("vmlinuz-")]
+    return sorted(releases, key=lambda r: [int(x) if x.isdigit() else 0 for x in r.replace("-", ".").split(".")])
+
+
+def module_version(kernel: str, root: str = "/") -> tuple[str | None, str]:
+    """The NVIDIA module the kernel loads: (version, path) from /lib/modules/<kernel>/..., (None, "") if none."""
+    for rel in MODULE_PATHS:
+        path = os.path.join(root, "lib", "modules", kernel, rel)
+        try:
+            with open(path, encoding="utf-8") as handle:
+                for line in handle:
+                    if line.startswith("version="):
+                        return line.split("=", 1)[1].strip(), "/lib/modules/%s/%s" % (kernel, rel)
+        except OSError:
+            continue
+    return None, ""
+
+
+def write_osrelease(kernel: str, root: str | None = None, state: dict[str, Any] | None = None) -> None:
+    """The stand-in /proc/sys/kernel/osrelease (the container's own shows the docker host's kernel)."""
+    path = os.path.join(root or proc_root(state), "sys", "kernel", "osrelease")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(kernel + "\n")
+
+
 def apply_driver_install(state: dict[str, Any], userspace_file: str | None = None,
-                         root: str | None = None) -> list[str]:
-    """At power-on the kernel module of the installed driver packages loads; returns what changed.
+                         root: str | None = None, fs_root: str | None = None) -> list[str]:
+    """At power-on the newest installed kernel boots (GRUB_DEFAULT=0) and loads the NVIDIA module it has; returns what changed.
 
-    No driver installed (no userspace version file): no module, nvidia-smi fails
-    as without a driver. Called by boot.apply_power_on at every reboot and by
-    spark-sim when it creates a node (after installing what the node ships with)::
+    The module is the one under /lib/modules/<kernel>/ (kernel/nvidia-580-open/nvidia.ko from
+    linux-modules-nvidia-580-open-<kernel>, or updates/dkms/nvidia.ko built by DKMS); its version
+    is the loaded driver. A kernel without one loads no driver: nvidia-smi fails as without a driver
+    (the orphaned-module failure after a kernel update). A node whose /boot has no kernel
+    image keeps its kernel and follows the installed userspace version (no kernel packaging
+    modelled). Called by boot.apply_power_on at every reboot and by spark-sim when it
+    creates a node (after installing what the node ships with)::
 
-        ["gpu: NVIDIA kernel module 580.173.02 loaded (was 580.159.03)"]
+        ["kernel: 6.17.0-1026-nvidia (was 6.17.0-1014-nvidia)",
+         "gpu: NVIDIA kernel module 580.173.02 loaded (was 580.159.03)"]
     """
     gpu = state.get("gpu")
     if not isinstance(gpu, dict):
         return []
     lines: list[str] = []
-    installed = installed_userspace_version(userspace_file)
+    fs = fs_root or os.environ.get("SPARK_SIM_FS_ROOT", "/")
+    kernels = installed_kernels(fs)
+    kernel_state = state.setdefault("kernel", {"release": DEFAULT_KERNEL})
+    before_kernel = kernel_state.get("release", DEFAULT_KERNEL)
+    if kernels:
+        kernel_state["release"] = kernels[-1]
+        if kernels[-1] != before_kernel:
+            lines.append("kernel: %s (was %s)" % (kernels[-1], before_kernel))
+        installed, where = module_version(kernels[-1], fs)
+    else:
+        installed, where = installed_userspace_version(userspace_file), ""
     before = str(gpu.get("driver_version")) if gpu.get("driver_loaded", True) else None
     if installed is None:
         if before is not None:
-            lines.append("gpu: no NVIDIA driver installed: no kernel module loaded (was %s)" % before)
+            lines.append("gpu: no NVIDIA kernel module for %s: none loaded (was %s)" % (kernel_state["release"], before))
         gpu["driver_loaded"] = False
     else:
         if before != installed:
-            lines.append("gpu: NVIDIA kernel module %s loaded (was %s)" % (installed, before or "none"))
+            lines.append("gpu: NVIDIA kernel module %s loaded%s (was %s)" % (installed, " from " + where if where else "",
+                                                                            before or "none"))
         gpu["driver_version"] = installed
         gpu["driver_loaded"] = True
+    kernel_state["module"] = where
     write_proc(state, root)
+    write_osrelease(kernel_state["release"], root, state)
     return lines
 
 

@@ -1,6 +1,9 @@
-"""Live state of the clock_cap scenario's sim pair after converge, idempotence,
-check and side_effect (the worker rebooted; the head's lock dropped by hand and
+"""Live state of the clock_cap scenario's sim pair after converge, idempotence
+and side_effect (the worker rebooted; the head's lock dropped by hand and
 re-applied by the role; out-of-range ceilings refused).
+
+Molecule's `check` step is not in this scenario's test sequence (it asserts nothing): check mode
+is asserted once, site-wide, in the default scenario's verify (test_check_mode.py).
 """
 
 import json

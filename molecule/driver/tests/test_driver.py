@@ -1,10 +1,13 @@
 """Live state of the molecule driver scenario's pair after converge,
-idempotence, check and the side effects (dist-upgrade, a downgraded worker,
+idempotence and the side effects (dist-upgrade, a downgraded worker,
 a worker on the 590 branch, both converged back with driver_enforce; NVIDIA's
 repo added on the worker by the cuda role).
 
 Expected values are the roles' defaults: driver 580.173.02, CUDA 13.0 as the
 system default, 13.3 for the runtime.
+
+Molecule's `check` step is not in this scenario's test sequence (it asserts nothing): check mode
+is asserted once, site-wide, in the default scenario's verify (test_check_mode.py).
 """
 
 import json

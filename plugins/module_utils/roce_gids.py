@@ -14,7 +14,14 @@ Standard library only, Python 3.8+. The same file runs in two places:
 So it must never import anything from ``ansible``.
 
 The parsing functions are pure (text in, data out). I/O is confined to
-``read_sysfs_gids`` and ``write_env_file``.
+``read_sysfs_gids``, ``read_port_states`` and ``write_env_file``.
+
+Port states: NCCL uses only ACTIVE ports, but the kernel keeps a port's GIDs
+while its netdev keeps its address, so a port whose cable was pulled still
+shows its RoCE GIDs. ``find_rails`` / ``build_nccl_env`` take the states
+(``read_port_states``: ``ports/<p>/state`` and ``link_layer``) and skip a port
+whose readable state is not ACTIVE (or whose link layer is not Ethernet); a
+port whose state cannot be read stays a candidate.
 
 A GID table is a list of ``GidEntry`` dicts::
 
@@ -35,8 +42,9 @@ import tempfile
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypedDict
 
 __all__ = [
-    'GidEntry', 'ParseResult', 'Rail', 'Resolution', 'RoceGidError',
+    'GidEntry', 'ParseResult', 'Rail', 'Resolution', 'RoceGidError', 'PortStates',
     'parse_show_gids', 'sysfs_gid_entry', 'read_sysfs_gids', 'ipv4_from_gid',
+    'parse_port_state', 'read_port_states', 'port_unusable',
     'summarize_table', 'parse_fabric_ipv4', 'find_rails', 'build_nccl_env',
     'render_env_file', 'parse_env_file', 'write_env_file',
     'NCCL_ENV_KEYS', 'NCCL_AUTO_KEYS',
@@ -72,6 +80,11 @@ class Resolution(TypedDict):
     rails: List[Rail]
     gid_index: Optional[int]
     summary: str
+
+
+# (device, port) -> {'state': 'ACTIVE' | 'DOWN' | ... | None, 'link_layer': 'Ethernet' | 'InfiniBand' | None};
+# None: unreadable (the port stays a candidate).
+PortStates = Mapping[Tuple[str, int], Mapping[str, Optional[str]]]
 
 
 class ParseResult:
@@ -468,6 +481,63 @@ def read_sysfs_gids(sysfs_root: str = '/sys') -> List[GidEntry]:
     return entries
 
 
+def parse_port_state(text: Optional[str]) -> Optional[str]:
+    """The state name of a sysfs ``ports/<p>/state`` file, None when unreadable or empty.
+
+    >>> parse_port_state('4: ACTIVE\\n')
+    'ACTIVE'
+    >>> parse_port_state('1: DOWN')
+    'DOWN'
+    >>> parse_port_state(None) is None
+    True
+    """
+    if text is None:
+        return None
+    text = text.strip()
+    if not text:
+        return None
+    return text.split(':', 1)[-1].strip().upper() or None
+
+
+def read_port_states(sysfs_root: str = '/sys') -> Dict[Tuple[str, int], Dict[str, Optional[str]]]:
+    """``{(device, port): {'state': ..., 'link_layer': ...}}`` for every port under ``<sysfs_root>/class/infiniband``.
+
+    ``state`` is the name in ``ports/<p>/state`` (``ACTIVE``, ``DOWN``, ``INIT``...), ``link_layer``
+    the text of ``ports/<p>/link_layer`` (``Ethernet``, ``InfiniBand``); either is None when it cannot
+    be read. A missing tree gives an empty mapping (every port then stays a candidate).
+    """
+    base = os.path.join(sysfs_root, 'class', 'infiniband')
+    try:
+        devices = sorted(os.listdir(base))
+    except OSError:
+        return {}
+    states = {}  # type: Dict[Tuple[str, int], Dict[str, Optional[str]]]
+    for device in devices:
+        ports_dir = os.path.join(base, device, 'ports')
+        for port in _numeric_names(ports_dir):
+            link_layer = _read_text(os.path.join(ports_dir, port, 'link_layer'))
+            states[(device, int(port))] = {
+                'state': parse_port_state(_read_text(os.path.join(ports_dir, port, 'state'))),
+                'link_layer': (link_layer or '').strip() or None,
+            }
+    return states
+
+
+def port_unusable(port_states: Optional[PortStates], device: str, port: int) -> str:
+    """Why NCCL would not use ``device`` ``port`` for RoCE (``'state DOWN'``, ``'link layer InfiniBand'``), ``''`` when it would.
+
+    A port absent from ``port_states``, or whose state / link layer is unreadable, is usable.
+    """
+    info = (port_states or {}).get((device, int(port))) or {}
+    state = info.get('state')
+    if state is not None and state != 'ACTIVE':
+        return 'state %s' % state
+    link_layer = info.get('link_layer')
+    if link_layer is not None and link_layer != 'Ethernet':
+        return 'link layer %s' % link_layer
+    return ''
+
+
 # ---------------------------------------------------------------------------
 # resolution
 
@@ -525,13 +595,28 @@ def parse_fabric_ipv4(values: Iterable[str]) -> List[Tuple[str, Optional[str]]]:
 
 
 def _hca_names(hca: Optional[Iterable[str]]) -> List[str]:
+    """Device names of an include filter (``dev``, ``=dev``, ``dev:port``, comma lists). NCCL's ``^`` exclude form is refused."""
     names = []  # type: List[str]
     for item in hca or ():
-        for name in str(item).split(','):
-            name = name.strip().lstrip('=^').split(':')[0]
+        text = str(item).strip()
+        if text.lstrip('=').startswith('^') or ',^' in text.replace(' ', ''):
+            raise RoceGidError('hca %r uses NCCL\'s exclude form (^dev): the hca filter lists the devices to use; '
+                               'give them (e.g. rocep1s0f1) instead of the ones to leave out' % text)
+        for name in text.split(','):
+            name = name.strip().lstrip('=').split(':')[0]
             if name:
                 names.append(name)
     return names
+
+
+def _port_gids(entries: Sequence[GidEntry], ports: Sequence[Tuple[str, int]]) -> str:
+    """Every GID of ``ports``: ``rocep1s0f1 port 1: idx 0 v1 fe80:..., idx 3 v2 192.168.100.10; ...``."""
+    parts = []
+    for device, port in ports:
+        rows = [row for row in entries if row['device'] == device and row['port'] == port]
+        listed = ', '.join('idx %d %s %s' % (row['index'], row['version'], row['ipv4'] or row['gid']) for row in rows)
+        parts.append('%s port %d: %s' % (device, port, listed or 'no GIDs'))
+    return '; '.join(parts)
 
 
 def _describe(rows: Sequence[GidEntry]) -> str:
@@ -542,7 +627,8 @@ def _describe(rows: Sequence[GidEntry]) -> str:
     return ', '.join(described)
 
 
-def _rail_problem(address: str, rows: Sequence[GidEntry], wanted: str, hca: List[str]) -> str:
+def _rail_problem(address: str, rows: Sequence[GidEntry], wanted: str, hca: List[str],
+                  port_states: Optional[PortStates] = None) -> str:
     """Explain why ``address`` has no usable GID (rows: all GIDs carrying that address)."""
     other = 'v1' if wanted == 'v2' else 'v2'
     if not rows:
@@ -551,19 +637,32 @@ def _rail_problem(address: str, rows: Sequence[GidEntry], wanted: str, hca: List
     in_filter = [row for row in rows if not hca or row['device'] in hca]
     if not in_filter:
         return '%s: found only on %s, outside the hca filter %s' % (address, _describe(rows), ','.join(hca))
-    if not [row for row in in_filter if row['version'] == wanted]:
+    versioned = [row for row in in_filter if row['version'] == wanted]
+    if not versioned:
         return ('%s: exists only as RoCE %s (%s): the device exposes no RoCE %s GID for this address; '
                 'check the NIC firmware and driver and the GID types in sysfs (ports/<port>/gid_attrs/types/<index>)'
                 % (address, other, _describe(in_filter), wanted))
+    dead = []  # type: List[str]
+    for row in versioned:
+        why = port_unusable(port_states, row['device'], row['port'])
+        label = '%s port %d (netdev %s, %s)' % (row['device'], row['port'], row['netdev'] or '-', why)
+        if why and label not in dead:
+            dead.append(label)
+    if dead:
+        return ('%s: found only on %s, which NCCL does not use (ports/<port>/state must be ACTIVE, link_layer Ethernet): '
+                'a pulled cable or a link partner that is down keeps the GIDs while the address stays; '
+                'check the cable, `ibstat` and `ibdev2netdev`' % (address, ', '.join(dead)))
     return '%s: unusable (%s)' % (address, _describe(in_filter))  # pragma: no cover - callers only pass failing rows
 
 
 def find_rails(entries: Sequence[GidEntry], fabric_ipv4: Iterable[str], roce_version: str = 'v2',
-               hca: Optional[Iterable[str]] = None) -> List[Rail]:
+               hca: Optional[Iterable[str]] = None, port_states: Optional[PortStates] = None) -> List[Rail]:
     """Match each fabric address to the one device/port carrying it as a RoCE ``roce_version`` GID.
 
-    Matching is on the address only (never on index or position). Raises
-    ``RoceGidError`` naming every failing address, what was found, and a hint.
+    Matching is on the address only (never on index or position). Ports that
+    ``port_states`` shows not ACTIVE (or not Ethernet) are no candidates
+    (``port_unusable``). Raises ``RoceGidError`` naming every failing address,
+    what was found, and a hint.
     """
     wanted = roce_version.lower()
     if wanted not in ('v1', 'v2'):
@@ -574,16 +673,18 @@ def find_rails(entries: Sequence[GidEntry], fabric_ipv4: Iterable[str], roce_ver
     failures = []  # type: List[str]
     for address in addresses:
         rows = [row for row in entries if row['ipv4'] == address]
-        usable = [row for row in rows if row['version'] == wanted and (not hca_names or row['device'] in hca_names)]
+        usable = [row for row in rows if row['version'] == wanted and (not hca_names or row['device'] in hca_names)
+                  and not port_unusable(port_states, row['device'], row['port'])]
         ports = []  # type: List[Tuple[str, int]]
         for row in usable:
             if (row['device'], row['port']) not in ports:
                 ports.append((row['device'], row['port']))
         if not usable:
-            failures.append(_rail_problem(address, rows, wanted, hca_names))
+            failures.append(_rail_problem(address, rows, wanted, hca_names, port_states))
             continue
         if len(ports) > 1:
-            failures.append('%s: carried by several ports (%s); pick one with the hca filter' % (address, _describe(usable)))
+            failures.append('%s: carried by several ports (%s); pick one with the hca filter. Every GID on them: %s'
+                            % (address, _describe(usable), _port_gids(entries, ports)))
             continue
         device, port = ports[0]
         netdevs = sorted(set(row['netdev'] for row in usable if row['netdev']))
@@ -607,7 +708,7 @@ def find_rails(entries: Sequence[GidEntry], fabric_ipv4: Iterable[str], roce_ver
 
 def build_nccl_env(entries: Sequence[GidEntry], fabric_ipv4: Iterable[str], roce_version: str = 'v2',
                    hca: Optional[Iterable[str]] = None, nccl_gid_auto: bool = False,
-                   socket_ifname: Optional[str] = None) -> Resolution:
+                   socket_ifname: Optional[str] = None, port_states: Optional[PortStates] = None) -> Resolution:
     """Table + fabric address(es) -> the NCCL / Gloo / vLLM environment of this host.
 
     * ``NCCL_IB_HCA``: ``=dev1,dev2`` (exact match; ``dev:port`` when the
@@ -622,10 +723,12 @@ def build_nccl_env(entries: Sequence[GidEntry], fabric_ipv4: Iterable[str], roce
     * ``NCCL_SOCKET_IFNAME`` (exact form ``=netdev``), ``GLOO_SOCKET_IFNAME``,
       ``TP_SOCKET_IFNAME``: the netdev of the first rail (or ``socket_ifname``).
     * ``VLLM_HOST_IP``: the first fabric address.
+
+    ``port_states`` (``read_port_states``): ports that are not ACTIVE are skipped, as NCCL skips them.
     """
     roce_version = str(roce_version).lower()
     parsed = parse_fabric_ipv4(fabric_ipv4)
-    rails = find_rails(entries, [address for address, _net in parsed], roce_version, hca)
+    rails = find_rails(entries, [address for address, _net in parsed], roce_version, hca, port_states)
     addresses = [rail['ipv4'] for rail in rails]
     version_num = roce_version.lower().lstrip('v')
 
@@ -636,10 +739,11 @@ def build_nccl_env(entries: Sequence[GidEntry], fabric_ipv4: Iterable[str], roce
     if gid_index is None and not nccl_gid_auto:
         raise RoceGidError('fabric addresses %s have no common RoCE %s GID index (%s); NCCL takes one NCCL_IB_GID_INDEX for all '
                            'HCAs. Put the addresses at the same index (same address order on every rail), use one rail, or set '
-                           'nccl_gid_auto to let NCCL (>= 2.21) select the GID per HCA.'
+                           'nccl_gid_auto to let NCCL (>= 2.21) select the GID per HCA. Every GID on the rails: %s'
                            % (', '.join(addresses), roce_version,
                               '; '.join('%s on %s port %d: index %s' % (rail['ipv4'], rail['device'], rail['port'],
-                                                                        '/'.join(str(i) for i in rail['indices'])) for rail in rails)),
+                                                                        '/'.join(str(i) for i in rail['indices'])) for rail in rails),
+                              _port_gids(entries, [(rail['device'], rail['port']) for rail in rails])),
                            fabric_ipv4=addresses, found=summarize_table(entries))
 
     ifname = (socket_ifname or '').strip().lstrip('=') or rails[0]['netdev']
@@ -678,6 +782,14 @@ def build_nccl_env(entries: Sequence[GidEntry], fabric_ipv4: Iterable[str], roce
         summary = 'RoCE %s GID index %d for %s: %s' % (roce_version, gid_index, env['NCCL_IB_HCA'], picked)
     else:
         summary = 'no common RoCE %s GID index, NCCL selects it (AF_INET) for %s: %s' % (roce_version, env['NCCL_IB_HCA'], picked)
+    skipped = []  # type: List[str]
+    for entry in entries:
+        why = port_unusable(port_states, entry['device'], entry['port'])
+        label = '%s port %d (%s)' % (entry['device'], entry['port'], why)
+        if why and entry['ipv4'] in addresses and label not in skipped:
+            skipped.append(label)
+    if skipped:
+        summary += '; skipped %s (not used by NCCL)' % ', '.join(skipped)
     return Resolution(env=env, rails=rails, gid_index=gid_index, summary=summary)
 
 

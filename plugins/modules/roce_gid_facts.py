@@ -14,14 +14,18 @@ description:
   - Reads the RoCE GID table of the host, from C(show_gids) (mlnx-tools) when it is on C(PATH),
     otherwise from sysfs (C(<sysfs_root>/class/infiniband/<dev>/ports/<port>/gids/<n>) with
     C(gid_attrs/types/<n>) and C(gid_attrs/ndevs/<n>)), or from O(show_gids_output) when given.
+  - Reads the state and link layer of every port from sysfs (C(<sysfs_root>/class/infiniband/<dev>/ports/<port>/state)
+    and C(link_layer)) when the table comes from the host. A port whose state is not C(ACTIVE) (or whose link layer is
+    not C(Ethernet)) is no candidate, as NCCL does not use it; a port whose state cannot be read stays one.
   - Matches each fabric address to the RDMA device and GID index that carry it as a RoCE v2 GID.
     The match is on the address, never on a position or a fixed index such as 3, because the index
     differs per node and drifts across reboots and link events.
   - Returns the table as the fact C(roce_gids) and the environment for NCCL, Gloo, TensorPipe and
     vLLM as the fact C(nccl_env).
   - Fails with a message naming the fabric address, listing what was found (devices, addresses,
-    versions) and a hint, when the address is absent, exists only as RoCE v1, is carried by
-    several ports, when several rails share no GID index, or when the output cannot be parsed.
+    versions) and a hint, when the address is absent, exists only as RoCE v1, is found only on ports that are
+    not ACTIVE (naming the port and its state), is carried by several ports, when several rails share no GID
+    index, or when the output cannot be parsed.
   - The same parser runs on the nodes in C(dgxspark_nccl_resolve.py) (nic role) before every start of
     the serving unit, so this module is best used for checks and reporting, not to pin an index.
 author:
@@ -58,7 +62,8 @@ options:
     type: str
   sysfs_root:
     description:
-      - Root of the sysfs tree read when C(show_gids) is not installed (or fails).
+      - Root of the sysfs tree read for the port states, and for the GID table when C(show_gids) is not installed (or fails).
+      - The port states are not read when O(show_gids_output) is given (a captured table, every port a candidate).
     type: path
     default: /sys
   roce_version:
@@ -70,6 +75,7 @@ options:
   hca:
     description:
       - Only consider these RDMA devices (for example V(rocep1s0f0)). By default every device is considered.
+      - An include list; NCCL's exclude form (C(^dev)) is refused.
       - The returned C(roce_gids) table is never filtered.
     type: list
     elements: str
@@ -238,6 +244,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.roce_gids import 
     RoceGidError,
     build_nccl_env,
     parse_show_gids,
+    read_port_states,
     read_sysfs_gids,
 )
 
@@ -297,9 +304,11 @@ def main():
         if name not in devices:
             problems.append('hca %s is not in the GID table' % name)
 
+    port_states = read_port_states(params['sysfs_root']) if params['show_gids_output'] is None else {}
     try:
         resolution = build_nccl_env(entries, params['fabric_ipv4'], roce_version=params['roce_version'], hca=params['hca'],
-                                    nccl_gid_auto=params['nccl_gid_auto'], socket_ifname=params['socket_ifname'])
+                                    nccl_gid_auto=params['nccl_gid_auto'], socket_ifname=params['socket_ifname'],
+                                    port_states=port_states)
     except RoceGidError as exc:
         msg = exc.msg
         if source == 'sysfs' and not entries:

@@ -2,6 +2,9 @@
 and side_effect (the worker rebooted; the head's lock dropped by hand and
 re-applied by the role, a new ceiling, the cap stopped and started; out-of-range
 ceilings refused).
+
+Molecule's `check` step is not in this scenario's test sequence (it asserts nothing): check mode
+is asserted once, site-wide, in the default scenario's verify (test_check_mode.py).
 """
 
 import json

@@ -7,6 +7,9 @@ modules), spark-dkms a Spark reinstalled with plain Ubuntu (DKMS).
 
 Expected values are the roles' defaults: driver 580.173.02, CUDA 13.0 as the
 system default, 13.3 for the runtime.
+
+Molecule's `check` step is not in this scenario's test sequence (it asserts nothing): check mode
+is asserted once, site-wide, in the default scenario's verify (test_check_mode.py).
 """
 
 import json

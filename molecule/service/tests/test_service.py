@@ -1,8 +1,11 @@
-"""Live state of the service scenario's pair after converge, idempotence, check
+"""Live state of the service scenario's pair after converge, idempotence
 and the side-effect cases (exit-0 restart, knob change, head-only change, start
 limit and recovery).
 
 Expected values come from this scenario's inventory, not from constants.
+
+Molecule's `check` step is not in this scenario's test sequence (it asserts nothing): check mode
+is asserted once, site-wide, in the default scenario's verify (test_check_mode.py).
 """
 
 import json

@@ -1,8 +1,11 @@
-"""Live state of the service_container scenario's pair after converge, idempotence,
-check and the side-effect cases (power loss -> exit 3, exit-0 rank restarted by
+"""Live state of the service_container scenario's pair after converge, idempotence
+and the side-effect cases (power loss -> exit 3, exit-0 rank restarted by
 docker, image mismatch, knob change and back).
 
 Expected values come from this scenario's inventory, not from constants.
+
+Molecule's `check` step is not in this scenario's test sequence (it asserts nothing): check mode
+is asserted once, site-wide, in the default scenario's verify (test_check_mode.py).
 """
 
 import json

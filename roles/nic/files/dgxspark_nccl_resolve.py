@@ -12,7 +12,11 @@ link events, so it is resolved now, never shipped as a constant.
                           [--nccl-gid-auto] [--static-env FILE]
 
 The table comes from ``show_gids`` when that command is found (LC_ALL=C),
-otherwise from sysfs. The parser and the environment logic are the module
+otherwise from sysfs. The port states always come from sysfs
+(``<sysfs-root>/class/infiniband/<dev>/ports/<p>/state`` and ``link_layer``):
+a port that is not ACTIVE is skipped, as NCCL skips it (a pulled cable keeps
+the port's GIDs while the netdev keeps its address); a port whose state cannot
+be read stays a candidate. The parser and the environment logic are the module
 ``roce_gids`` that the nic role installs beside this script in
 /usr/local/lib/dgxspark (the collection's plugins/module_utils/roce_gids.py);
 set DGXSPARK_LIB to import it from elsewhere.
@@ -63,7 +67,8 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(prog=PROG, description='Write the NCCL/host environment file from the live RoCE GID table.')
     parser.add_argument('--fabric-ipv4', action='append', required=True, metavar='IP',
                         help='address of this node on the RoCE fabric; repeat once per rail, primary rail first')
-    parser.add_argument('--sysfs-root', default='/sys', help='sysfs root read when show_gids is not found (default: %(default)s)')
+    parser.add_argument('--sysfs-root', default='/sys',
+                        help='sysfs root: the port states, and the GID table when show_gids is not found (default: %(default)s)')
     parser.add_argument('--show-gids-cmd', default='show_gids',
                         help='show_gids command (name or path); an empty string reads sysfs directly (default: %(default)s)')
     parser.add_argument('--output', default=DEFAULT_OUTPUT, help='environment file to write, "-" for stdout (default: %(default)s)')
@@ -72,7 +77,8 @@ def parse_args(argv):
     parser.add_argument('--static-env', action='append', default=[], metavar='FILE',
                         help='KEY=value file copied into the output first (the resolved keys win); repeatable')
     parser.add_argument('--roce-version', default='v2', choices=['v1', 'v2'], help='RoCE version of the GID (default: %(default)s)')
-    parser.add_argument('--hca', action='append', default=[], metavar='DEV', help='only consider this RDMA device; repeatable')
+    parser.add_argument('--hca', action='append', default=[], metavar='DEV',
+                        help='only consider this RDMA device (include list; NCCL\'s ^ exclude form is refused); repeatable')
     parser.add_argument('--socket-ifname', help='socket interface instead of the netdev of the first rail')
     return parser.parse_args(argv)
 
@@ -131,9 +137,11 @@ def run(argv):
         lib = load_library()
         static = read_static_env(lib, args.static_env)
         source, entries, problems = read_table(lib, args)
+        port_states = lib.read_port_states(args.sysfs_root)
         try:
             resolution = lib.build_nccl_env(entries, args.fabric_ipv4, roce_version=args.roce_version, hca=args.hca,
-                                            nccl_gid_auto=args.nccl_gid_auto, socket_ifname=args.socket_ifname)
+                                            nccl_gid_auto=args.nccl_gid_auto, socket_ifname=args.socket_ifname,
+                                            port_states=port_states)
         except lib.RoceGidError as exc:
             detail = ' Parser notes: %s' % '; '.join(problems[:5]) if problems else ''
             raise ResolveError('%s (from %s).%s' % (exc.msg, source, detail))

@@ -237,9 +237,26 @@ def test_usage_error(tmp_path):
     assert '--fabric-ipv4' in proc.stderr
 
 
-def test_resolver_runs_under_the_python_the_unit_names():
-    """The unit runs it as `/usr/bin/python3 <path>`: no shebang to depend on."""
-    proc = subprocess.run([sys.executable, str(RESOLVER), '--help'], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, check=False)
-    assert proc.returncode == 0
-    assert '--fabric-ipv4' in proc.stdout
+def test_resolver_runs_under_the_python_the_unit_names(tmp_path):
+    """The unit runs it as `<interpreter> <path>` (roles/nic/templates/dgxspark-nccl-env.j2): no shebang, no exec bit,
+    no venv. Run that interpreter, isolated (-I: no site packages, no PYTHONPATH), on a copy without the exec bit,
+    through a real resolution."""
+    template = (REPO_ROOT / 'roles' / 'nic' / 'templates' / 'dgxspark-nccl-env.j2').read_text()
+    exec_line = next(line for line in template.splitlines() if line.startswith('exec '))
+    interpreter = exec_line.split()[1]
+    assert exec_line.rstrip(' \\').endswith('/dgxspark_nccl_resolve.py'), exec_line
+    assert interpreter == '/usr/bin/python3', exec_line  # the node's system Python, never a venv
+    assert os.access(interpreter, os.X_OK), '%s is not on this machine' % interpreter
+    copy = tmp_path / 'lib' / 'dgxspark_nccl_resolve.py'
+    copy.parent.mkdir()
+    copy.write_bytes(RESOLVER.read_bytes())
+    copy.chmod(0o644)
+    (copy.parent / 'roce_gids.py').write_bytes((LIB_DIR / 'roce_gids.py').read_bytes())
+    sysfs = make_sysfs(tmp_path / 'sys', spark_rows(index0=7, index1=7))
+    env = {'PATH': '/usr/bin:/bin', 'DGXSPARK_LIB': str(copy.parent)}
+    proc = subprocess.run([interpreter, '-I', str(copy), '--show-gids-cmd', '', '--fabric-ipv4', IP0, '--sysfs-root', str(sysfs),
+                           '--output', '-'], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                          universal_newlines=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert rg.parse_env_file(proc.stdout)['NCCL_IB_GID_INDEX'] == '7'
+    assert 'GID index 7' in proc.stderr

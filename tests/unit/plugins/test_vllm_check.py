@@ -3,15 +3,20 @@
 
 The stub answers /v1/models and /v1/completions like vLLM (Bearer key on /v1/*); the
 cases: serving, the wrong max_model_len, another served name, no key / wrong key,
-a head whose /v1/models answers but whose completion fails (a lost TP peer), nothing listening.
+a head whose /v1/models answers but whose completion fails (a lost TP peer), nothing listening,
+and hung engines: a completion (or /v1/models) that is accepted and never answered, by a stub and
+by the vLLM stand-in's hang mode (VLLM_STANDIN_HANG_ON_PEER_LOSS=1) - the check must fail within its
+timeouts, not wait forever.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -49,6 +54,9 @@ def _handler(state):
             request = json.loads(self.rfile.read(length) or b'{}')
             if not self._authorized():
                 return self._send(401, {'error': 'Unauthorized'})
+            if self.path == '/v1/completions' and state.get('hang'):
+                state['hung'].wait(30)             # accepted, never answered (until the test ends)
+                return None
             if self.path == '/v1/completions' and state['complete']:
                 assert request['max_tokens'] == 1
                 return self._send(200, {'choices': [{'text': 'p'}], 'usage': {'completion_tokens': 1}})
@@ -58,21 +66,23 @@ def _handler(state):
 
 @pytest.fixture()
 def api():
-    state = {'name': 'deepseek-v4-flash-0731', 'len': 1048576, 'complete': True}
+    state = {'name': 'deepseek-v4-flash-0731', 'len': 1048576, 'complete': True, 'hung': threading.Event()}
     server = ThreadingHTTPServer(('127.0.0.1', 0), _handler(state))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     state['url'] = 'http://127.0.0.1:%d' % server.server_address[1]
     yield state
+    state['hung'].set()
     server.shutdown()
     server.server_close()
 
 
-def _check(url, tmp_path, key=KEY, extra=()):
+def _check(url, tmp_path, key=KEY, extra=(), timeout='5', completion_timeout='5'):
     secret = tmp_path / 'vllm-secret.env'
     secret.write_text('# managed\nVLLM_API_KEY=%s\n' % key if key else '# no key\n')
     argv = [sys.executable, str(SCRIPT), '--url', url, '--served-model-name', 'deepseek-v4-flash-0731',
-            '--max-model-len', '1048576', '--secret-env-file', str(secret), '--timeout', '5', '--completion-timeout', '5']
+            '--max-model-len', '1048576', '--secret-env-file', str(secret), '--timeout', timeout,
+            '--completion-timeout', completion_timeout]
     return subprocess.run(argv + list(extra), capture_output=True, text=True, timeout=60, check=False)
 
 
@@ -125,3 +135,55 @@ def test_nothing_listening(tmp_path):
 def test_key_never_in_output(api, tmp_path):
     run = _check(api['url'], tmp_path)
     assert KEY not in run.stdout + run.stderr
+
+
+# ---------------------------------------------------------------------------- hung engines
+
+def test_a_completion_accepted_and_never_answered_fails_at_the_completion_timeout(api, tmp_path):
+    api['hang'] = True
+    started = time.monotonic()
+    run = _check(api['url'], tmp_path, completion_timeout='1.5')
+    elapsed = time.monotonic() - started
+    assert run.returncode == 1, run.stdout
+    assert run.stdout.startswith('not serving: %s/v1/completions (1 token): ' % api['url']), run.stdout
+    assert 'timed out' in run.stdout, run.stdout
+    assert 1.5 <= elapsed < 20, elapsed                  # it waited its timeout, and no longer
+
+
+def test_a_server_that_accepts_and_never_answers_fails_at_the_models_timeout(tmp_path):
+    listener = socket.socket()
+    listener.bind(('127.0.0.1', 0))
+    listener.listen(8)                                   # the kernel accepts; nothing ever reads or answers
+    try:
+        url = 'http://127.0.0.1:%d' % listener.getsockname()[1]
+        started = time.monotonic()
+        run = _check(url, tmp_path, timeout='1', completion_timeout='1')
+        assert run.returncode == 1, run.stdout
+        assert run.stdout.startswith('not serving: %s/v1/models: ' % url) and 'timed out' in run.stdout, run.stdout
+        assert time.monotonic() - started < 20
+    finally:
+        listener.close()
+
+
+def test_the_standins_hung_engine_fails_the_check(tmp_path):
+    """The vLLM stand-in in hang mode after losing its worker: /health and /v1/models still answer, the completion
+    hangs (what /health alone cannot see); the check fails at its completion timeout."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / 'sim'))
+    from test_vllm_standin import KEY as STANDIN_KEY, start_pair, wait_ready  # pylint: disable=import-outside-toplevel
+    head, worker, port = start_pair(tmp_path, {'VLLM_STANDIN_HANG_ON_PEER_LOSS': '1'})
+    try:
+        wait_ready(port, [head, worker])
+        url = 'http://127.0.0.1:%d' % port
+        assert _check(url, tmp_path, key=STANDIN_KEY).returncode == 0
+        worker.popen.kill()
+        deadline = time.monotonic() + 10
+        while 'EngineCore is stuck' not in head.log():
+            assert time.monotonic() < deadline, head.log()
+            time.sleep(0.05)
+        assert _check(url, tmp_path, key=STANDIN_KEY, extra=['--models-only']).returncode == 0   # /v1/models still fine
+        run = _check(url, tmp_path, key=STANDIN_KEY, completion_timeout='1.5')
+        assert run.returncode == 1, run.stdout
+        assert '/v1/completions (1 token)' in run.stdout and 'timed out' in run.stdout, run.stdout
+    finally:
+        head.stop()
+        worker.stop()

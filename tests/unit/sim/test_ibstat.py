@@ -120,6 +120,8 @@ CASES: dict[str, tuple[Callable[[Path, Path], Path], Callable[[Path], tuple[int,
     "04-h100-8x-cx7-ib400-cx6dx-eth-some-down.txt": (_tree, _all, 0, str),
     "05-cx4-eth100-plus-ib-down-rate10.txt": (_tree, _all, 0, expand_tabs),
     "06-ibpanic-netdev-name-given.txt": (_ibdev2netdev_06_host, _netdev_names_given, 255, crlf),
+    # A real DGX Spark (Dell Pro Max with GB10); tests/unit/sim/test_spark_captures.py also checks the sim's model of it.
+    "07-dgx-spark-gb10-f0-cabled-p2f1-disabled.txt": (_tree, _all, 0, str),
 }
 
 

@@ -101,8 +101,9 @@ def test_overlapping_subnet_of_another_network_stops_up(tmp_path, clean_networks
 
 def test_down_removes_leftovers_of_a_failed_run(tmp_path, clean_networks):
     docker("network", "create", "--subnet", FABRIC, "--label", "io.dgxspark.sim=%s" % NAME, "%s-fabric0" % NAME)
-    empty = subprocess.run(["docker", "import", "-", "%s-empty:latest" % NAME], input=b"\0" * 1024, capture_output=True, check=True)
-    assert empty.returncode == 0
+    empty = subprocess.run(["docker", "import", "-", "%s-empty:latest" % NAME], input=b"\0" * 1024, capture_output=True, check=False)
+    assert empty.returncode == 0, empty.stderr
+    assert docker("image", "inspect", "%s-empty:latest" % NAME, check=False).returncode == 0
     docker("create", "--name", "%s-spark-head" % NAME, "--label", "io.dgxspark.sim=%s" % NAME,
            "--network", "%s-fabric0" % NAME, "%s-empty:latest" % NAME, "/none")
     assert docker("container", "inspect", "%s-spark-head" % NAME, check=False).returncode == 0

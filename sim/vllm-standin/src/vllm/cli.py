@@ -19,7 +19,7 @@ import sys
 import threading
 from typing import Any, Dict, List, Optional
 
-from vllm import __version__, checks, log
+from vllm import __version__, checks, log, nccl
 from vllm.rendezvous import Head, Worker
 from vllm.server import ApiServer, Engine
 
@@ -274,6 +274,16 @@ def _install_signals(life: Lifecycle) -> None:
     signal.signal(signal.SIGUSR1, crash)
 
 
+def _nccl_init_failed(rank: int) -> bool:
+    """NCCL's communicator init once every rank joined (vllm/nccl.py): log its failure and say so."""
+    problem = nccl.init_problem(os.environ)
+    if problem is None:
+        return False
+    for line in nccl.failure_lines(problem, rank):
+        log.error('parallel_state', '%s', line)
+    return True
+
+
 def run_head(args: argparse.Namespace, model: str, served: List[str], max_model_len: int, eargs: Dict[str, Any],
              life: Lifecycle) -> int:
     k = int((args.speculative_config or {}).get('num_speculative_tokens') or 0)
@@ -313,6 +323,9 @@ def run_head(args: argparse.Namespace, model: str, served: List[str], max_model_
         if not head.wait_all(life.stop):
             head.shutdown()
             return life.code if life.code is not None else 0
+        if _nccl_init_failed(0):
+            head.shutdown()
+            return 1
     load = _env_float('VLLM_STANDIN_LOAD_SECONDS', 2.0)
     log.info('worker', 'Loading weights of %s (simulated, %.1f s)', model, load)
     if life.stop.wait(load):
@@ -358,6 +371,9 @@ def run_worker(args: argparse.Namespace, eargs: Dict[str, Any], life: Lifecycle)
     error = worker.register()
     if error:
         log.error('dist', '%s', error)
+        worker.close()
+        return 1
+    if _nccl_init_failed(args.node_rank):
         worker.close()
         return 1
 

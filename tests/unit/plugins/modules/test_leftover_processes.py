@@ -200,3 +200,89 @@ def test_free_space_counts_the_blobs_already_there(tmp_path):
     assert result["checked"] == str(tmp_path / "hub")
     assert result["present_bytes"] == 1024
     assert result["needed_bytes"] == 10 ** 9 - 1024
+
+
+# ---------------------------------------------------------------------------
+# real processes: the stop itself (SIGTERM, then SIGKILL) runs, against this machine's /proc
+
+CHILD = r"""
+import signal, sys, time
+if sys.argv[1] == "stubborn":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def spawn(kind, token):
+    """A child whose command line carries ``token`` (the module's pattern): nothing else on the machine matches."""
+    import subprocess
+    import sys
+    child = subprocess.Popen([sys.executable, "-c", CHILD, kind, token], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "ready"     # its SIGTERM disposition is set
+    return child
+
+
+def run_real(args):
+    """main() on the real /proc; only systemctl (MainPID of a unit) is answered, nothing is mocked in the stop."""
+    def run_command(self, argv, **_kwargs):
+        assert argv[:2] == ["systemctl", "show"], argv   # the children are in no unit of ours: never a systemctl stop
+        return (0, "1\n", "")
+
+    with patch_module_args(args), \
+            mock.patch.object(basic.AnsibleModule, "exit_json", _exit_json), \
+            mock.patch.object(basic.AnsibleModule, "fail_json", _fail_json), \
+            mock.patch.object(basic.AnsibleModule, "run_command", run_command):
+        with pytest.raises((ExitJson, FailJson)) as excinfo:
+            leftover_processes.main()
+    return excinfo.value.args[0]
+
+
+@pytest.fixture
+def token():
+    import uuid
+    return "dgxspark-leftover-test-%s" % uuid.uuid4().hex
+
+
+def test_a_leftover_is_stopped_for_real_by_sigterm(token):
+    import signal as sig
+    child = spawn("polite", token)
+    try:
+        result = run_real(dict(unit="dgxspark-vllm.service", patterns=[token], stop=True, stop_timeout=10))
+        assert not result.get("failed"), result
+        assert [f["pid"] for f in result["leftovers"]] == [child.pid]
+        assert result["stopped"] == ["SIGTERM pid %d (%s)" % (child.pid, result["leftovers"][0]["comm"])]
+        assert result["remaining"] == []
+        assert child.wait(timeout=5) == -sig.SIGTERM
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_leftover_that_ignores_sigterm_gets_sigkill_after_the_timeout(token):
+    import signal as sig
+    import time
+    child = spawn("stubborn", token)
+    try:
+        started = time.monotonic()
+        result = run_real(dict(unit="dgxspark-vllm.service", patterns=[token], stop=True, stop_timeout=1))
+        assert not result.get("failed"), result
+        assert result["stopped"][-1] == "SIGKILL pid %d" % child.pid, result["stopped"]
+        assert result["stopped"][0].startswith("SIGTERM pid %d" % child.pid)
+        assert time.monotonic() - started >= 1.0           # it had its stop_timeout to exit after SIGTERM
+        assert result["remaining"] == []
+        assert child.wait(timeout=5) == -sig.SIGKILL
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_without_stop_a_real_leftover_is_only_reported(token):
+    child = spawn("polite", token)
+    try:
+        result = run_real(dict(unit="dgxspark-vllm.service", patterns=[token]))
+        assert [f["pid"] for f in result["leftovers"]] == [child.pid] and result["stopped"] == []
+        assert child.poll() is None
+    finally:
+        child.kill()
+        child.wait()

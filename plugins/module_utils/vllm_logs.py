@@ -19,7 +19,7 @@ __all__ = ['ERROR_RE', 'line_time', 'first_error']
 
 # An error line of vLLM, NCCL, Python or the recipe's start-up.
 ERROR_RE = re.compile(r'(\bERROR\b|\bCRITICAL\b|\bFATAL\b|^Traceback|Traceback \(most recent call last\)|\b[A-Za-z]*Error\b[:(]|'
-                      r'unhandled system error|\bNCCL WARN\b|\bfailed\b|\bexited\b.*status=[1-9])')
+                      r'unhandled system error|\bNCCL WARN\b|\b(?:[Ff]ailed|FAILED)\b|\bexited\b.*status=[1-9])')
 _UNIX_RE = re.compile(r'^\s*(\d{9,}(?:\.\d+)?)\s')
 _RFC3339_RE = re.compile(r'^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d+))?(Z|[+-]\d{2}:\d{2})\s')
 

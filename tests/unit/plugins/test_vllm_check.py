@@ -125,3 +125,68 @@ def test_nothing_listening(tmp_path):
 def test_key_never_in_output(api, tmp_path):
     run = _check(api['url'], tmp_path)
     assert KEY not in run.stdout + run.stderr
+
+
+# ---------------------------------------------------------------------------- a hung engine (the vLLM stand-in)
+
+def test_completion_timeout_catches_a_hung_engine(tmp_path):
+    """The stand-in's hang mode: the worker is lost, /health and /v1/models still answer, a completion hangs.
+    The checker with a short --completion-timeout must fail (not wait forever, not pass on /v1/models)."""
+    import os
+    import signal
+    import socket
+    import time
+    import urllib.request
+
+    from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_cmd import serve_argv
+
+    src = Path(__file__).resolve().parents[3] / 'sim' / 'vllm-standin' / 'src'
+
+    def free_port():
+        with socket.socket() as sock:
+            sock.bind(('127.0.0.1', 0))
+            return sock.getsockname()[1]
+
+    port, master = free_port(), free_port()
+    knobs = {'runtime_vllm_host': '127.0.0.1', 'runtime_vllm_port': port, 'runtime_vllm_master_port': master}
+    env = {'PATH': os.environ.get('PATH', '/usr/bin:/bin'), 'PYTHONPATH': str(src), 'HOME': str(tmp_path),
+           'VLLM_STANDIN_LOAD_SECONDS': '0.2', 'VLLM_API_KEY': KEY, 'VLLM_STANDIN_HANG_ON_PEER_LOSS': '1',
+           'VLLM_STANDIN_PEER_TIMEOUT': '2', 'LANG': 'C.UTF-8'}
+    procs = []
+    for role, rank in (('worker', 1), ('head', 0)):
+        argv = serve_argv(knobs, role, rank, 2, '127.0.0.1', command=[sys.executable, '-m', 'vllm', 'serve'])
+        with (tmp_path / (role + '.log')).open('w') as log:
+            procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(tmp_path)))
+    worker, head = procs
+    try:
+        deadline = time.monotonic() + 20
+        while _check('http://127.0.0.1:%d' % port, tmp_path, extra=['--models-only']).returncode != 0:
+            assert time.monotonic() < deadline and head.poll() is None, (tmp_path / 'head.log').read_text()
+            time.sleep(0.2)
+        assert _check('http://127.0.0.1:%d' % port, tmp_path).returncode == 0   # serving: the completion answers
+        worker.kill()
+        worker.wait()
+        deadline = time.monotonic() + 10
+        while 'EngineCore is stuck' not in (tmp_path / 'head.log').read_text():
+            assert time.monotonic() < deadline, (tmp_path / 'head.log').read_text()
+            time.sleep(0.1)
+        with urllib.request.urlopen('http://127.0.0.1:%d/health' % port, timeout=5) as resp:
+            assert resp.status == 200                                           # /health still says OK
+        models = _check('http://127.0.0.1:%d' % port, tmp_path, extra=['--models-only'])
+        assert models.returncode == 0                                            # /v1/models too
+        start = time.monotonic()
+        run = _check('http://127.0.0.1:%d' % port, tmp_path, extra=['--completion-timeout', '1.5'])
+        took = time.monotonic() - start
+        assert run.returncode == 1, run.stdout
+        assert 'not serving:' in run.stdout and '/v1/completions (1 token)' in run.stdout and 'timed out' in run.stdout
+        assert 1.0 < took < 15
+        assert head.poll() is None                                               # the head hangs, it did not exit
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()

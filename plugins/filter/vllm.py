@@ -30,20 +30,21 @@ def _wrap(func):
     return filter_func
 
 
-def vllm_serve_argv(knobs, role=None, node_rank=None, nnodes=None, master_addr=None, command=None, topology=None):
+def vllm_serve_argv(knobs, role=None, node_rank=None, nnodes=None, master_addr=None, command=None, topology=None,
+                    runtime_kind='container'):
     """argv of vllm serve for one node (see vllm_cmd.serve_argv)."""
     return vllm_cmd.serve_argv(knobs, role=role, node_rank=node_rank, nnodes=nnodes, master_addr=master_addr,
-                               command=command, topology=topology)
+                               command=command, topology=topology, runtime_kind=runtime_kind)
 
 
-def vllm_serve_warnings(knobs):
+def vllm_serve_warnings(knobs, runtime_kind='container'):
     """Settings that cost speed or safety (see vllm_cmd.serve_warnings)."""
-    return vllm_cmd.serve_warnings(knobs)
+    return vllm_cmd.serve_warnings(knobs, runtime_kind=runtime_kind)
 
 
-def vllm_serve_env(knobs):
+def vllm_serve_env(knobs, runtime_kind='container'):
     """Static, non-secret environment of vllm serve (see vllm_cmd.serve_env)."""
-    return vllm_cmd.serve_env(knobs)
+    return vllm_cmd.serve_env(knobs, runtime_kind=runtime_kind)
 
 
 def vllm_topology(groups, hostvars, host, head_group='spark_head', worker_group='spark_workers'):

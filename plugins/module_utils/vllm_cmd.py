@@ -38,7 +38,7 @@ import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 __all__ = [
-    'VllmConfigError', 'KNOBS', 'KNOB_DEFAULTS', 'KNOB_PREFIX', 'PER_HOST_ENV_KEYS', 'STATIC_ENV',
+    'VllmConfigError', 'KNOBS', 'KNOB_DEFAULTS', 'KINDS', 'PROFILES', 'KIND_ENV', 'CUDAGRAPH_MODES', 'KNOB_PREFIX', 'PER_HOST_ENV_KEYS', 'STATIC_ENV',
     'MAX_MODEL_LEN_CEILING', 'MIN_MTP_0731', 'RECOMMENDED_MAX_NUM_SEQS', 'GPU_MEMORY_UTILIZATION_CEILING',
     'KV_CACHE_DTYPES', 'DRAFT_SAMPLE_METHODS', 'DEFAULT_THINKING', 'OWNED_FLAGS',
     'resolve_knobs', 'serve_argv', 'serve_warnings', 'serve_env', 'topology',
@@ -76,7 +76,8 @@ KNOBS = (
     ('kv_cache_dtype', 'nvfp4_ds_mla', 'str', 'KV cache dtype (--kv-cache-dtype), fp8_ds_mla or nvfp4_ds_mla.'),
     ('block_size', 256, 'int', 'KV block size (--block-size).'),
     ('max_model_len', MAX_MODEL_LEN_CEILING, 'int', 'Per-request context ceiling (--max-model-len), at most 1048576.'),
-    ('max_num_seqs', RECOMMENDED_MAX_NUM_SEQS, 'int', 'Concurrent sequences (--max-num-seqs); below 6 shrinks the captured graphs.'),
+    ('max_num_seqs', None, 'int', 'Concurrent sequences (--max-num-seqs); null = the runtime kind\'s profile (container 6, venv 12); '
+     'below 6 shrinks the captured graphs.'),
     ('max_num_batched_tokens', 8192, 'int', 'Prefill tokens per step (--max-num-batched-tokens).'),
     ('long_prefill_token_threshold', 1024, 'int', 'Long-prefill chunk cap (--long-prefill-token-threshold); 0 lets one prefill starve decode.'),
     ('enable_chunked_prefill', True, 'bool', '--enable-chunked-prefill (false: --no-enable-chunked-prefill).'),
@@ -86,18 +87,40 @@ KNOBS = (
     ('mtp_num_tokens', MIN_MTP_0731, 'int', 'DSpark draft depth (num_speculative_tokens); at least 5 for the 0731 checkpoint.'),
     ('draft_sample_method', 'probabilistic', 'str', 'DSpark draft sampling, probabilistic or greedy.'),
     ('trust_remote_code', True, 'bool', '--trust-remote-code.'),
-    ('tokenizer_mode', 'deepseek_v4', 'str', '--tokenizer-mode; empty leaves it out.'),
-    ('moe_backend', 'flashinfer_b12x', 'str', '--moe-backend; empty leaves it out.'),
+    ('tokenizer_mode', None, 'str', '--tokenizer-mode; empty leaves it out; null = the kind\'s profile (container deepseek_v4, '
+     'venv empty).'),
+    ('moe_backend', None, 'str', '--moe-backend; empty leaves it out; null = the kind\'s profile (container flashinfer_b12x, '
+     'venv marlin).'),
     ('tool_call_parser', 'deepseek_v4', 'str', '--tool-call-parser with --enable-auto-tool-choice; empty leaves both out.'),
     ('reasoning_parser', 'deepseek_v4', 'str', '--reasoning-parser; empty leaves it out.'),
     ('default_thinking', 'max', 'str', 'Default thinking (off, low, high, max) -> --default-chat-template-kwargs; empty leaves it out.'),
     ('generation_config', 'vllm', 'str', '--generation-config; empty leaves it out.'),
-    ('flashinfer_autotune', True, 'bool', '--enable-flashinfer-autotune.'),
+    ('flashinfer_autotune', None, 'bool', '--enable-flashinfer-autotune; null = the kind\'s profile (container true, venv false).'),
+    ('cudagraph_mode', None, 'str', 'CUDA graph mode (--compilation-config {"cudagraph_mode": ...}); empty leaves it out; null = '
+     'the kind\'s profile (container empty: the image\'s default, venv FULL_AND_PIECEWISE).'),
     ('extra_args', [], 'list', 'More vllm serve arguments, appended as given (never --api-key, never a flag set by a knob).'),
     ('hf_hub_offline', True, 'bool', 'HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE = 1 (set after both caches are complete).'),
     ('env', {}, 'dict', 'More environment for vLLM, merged over the static recipe environment (never VLLM_API_KEY, never a per-host key).'),
 )
 KNOB_DEFAULTS = dict((KNOB_PREFIX + name, default) for name, default, _kind, _doc in KNOBS)
+
+# The runtime kinds and the serving stack each reproduces. A knob whose default is null takes its kind's value here.
+KINDS = ('container', 'venv')
+PROFILES = {
+    # Seed 004's stack: the Anemll image (ghcr.io/anemll/dspark-vllm-gx10:0.1.1) run by the recipe's
+    # docker-compose.dspark.yml (MiaAI-Lab/DeepSeek-v4-Flash-DSpark-2x-DGX-Spark @ 489af95): --max-num-seqs
+    # ${MAX_NUM_SEQS:-6}, --tokenizer-mode deepseek_v4, --moe-backend flashinfer_b12x, --enable-flashinfer-autotune,
+    # no --compilation-config (VLLM_USE_BREAKABLE_CUDAGRAPH=0 picks the image's graphs).
+    'container': {'max_num_seqs': RECOMMENDED_MAX_NUM_SEQS, 'tokenizer_mode': 'deepseek_v4', 'moe_backend': 'flashinfer_b12x',
+                  'flashinfer_autotune': True, 'cudagraph_mode': ''},
+    # Seed 000's stack: a plain venv on vLLM 0.27.1 (fork branch port-0271), CUDA 13.3: "Marlin MXFP4 MoE,
+    # FULL_AND_PIECEWISE CUDA graphs", "max_num_seqs back at 12" after the block-zeroer fix (finding #12). Seed 000
+    # names no tokenizer mode and no FlashInfer autotune (the autotune tunes the b12x/FlashInfer MoE it does not run):
+    # both left out, vLLM's defaults.
+    'venv': {'max_num_seqs': 12, 'tokenizer_mode': '', 'moe_backend': 'marlin', 'flashinfer_autotune': False,
+             'cudagraph_mode': 'FULL_AND_PIECEWISE'},
+}
+CUDAGRAPH_MODES = ('NONE', 'PIECEWISE', 'FULL', 'FULL_DECODE_ONLY', 'FULL_AND_PIECEWISE')
 
 # Flags the knobs and the topology set: extra_args may not repeat them (argparse keeps the last one, silently).
 OWNED_FLAGS = (
@@ -109,7 +132,10 @@ OWNED_FLAGS = (
     '--enable-prefix-caching', '--no-enable-prefix-caching', '--speculative-config', '--trust-remote-code',
     '--tokenizer-mode', '--moe-backend', '--tool-call-parser', '--enable-auto-tool-choice', '--reasoning-parser',
     '--default-chat-template-kwargs', '--generation-config', '--enable-flashinfer-autotune', '--model',
+    '--no-enable-flashinfer-autotune',
 )
+# Owned only while runtime_vllm_cudagraph_mode sets it (empty: extra_args may carry a compilation config).
+COMPILATION_FLAGS = ('--compilation-config', '-O')
 SECRET_FLAGS = ('--api-key',)
 
 # Static, non-secret environment of the recipe (seed 004 / MIA .env.dspark.example and compose;
@@ -128,6 +154,32 @@ STATIC_ENV = (
     ('HF_HUB_DISABLE_XET', '1'),                    # MIA compose; Xet's shared store leaves dangling links in copies
     ('PYTORCH_CUDA_ALLOC_CONF', 'expandable_segments:True'),
 )
+
+# The CUDA-arch and compile knobs of each kind ("NCCL/RoCE, CUDA arch, and compile knobs stay in the example
+# file", seed 004). GB10 is sm_121a (seed 000, platform facts).
+KIND_ENV = {
+    # The recipe's docker-compose.dspark.yml @ 489af95 (environment:, each the compose's ${VAR:-default}).
+    'container': (
+        ('TORCH_CUDA_ARCH_LIST', '12.1a'),             # compose; .env.dspark.example: torch extensions for GB10
+        ('FLASHINFER_CUDA_ARCH_LIST', '12.1a'),        # compose: FlashInfer JIT for GB10
+        ('CUTE_DSL_ARCH', 'sm_121a'),                  # compose: without it b12x/CuTeDSL may JIT a slower W4A16 MoE path
+        ('VLLM_USE_B12X_MOE', '1'),                    # compose: the b12x MoE of --moe-backend flashinfer_b12x
+        ('VLLM_USE_FLASHINFER_SAMPLER', '1'),          # compose
+        ('VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS', '1800'),  # compose (issue #65/#87): a mid-serve JIT outlasts the 300 s default
+        ('VLLM_SPARSE_INDEXER_MAX_LOGITS_MB', '256'),  # compose
+        ('VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS', '0'),  # compose
+        ('FLASHINFER_DISABLE_VERSION_CHECK', '1'),     # compose
+        ('TILELANG_CLEANUP_TEMP_FILES', '1'),          # compose
+        ('DG_JIT_USE_NVRTC', '0'),                     # compose
+        ('DG_JIT_NVCC_COMPILER', '/usr/local/cuda/bin/nvcc'),  # compose (the image's CUDA)
+    ),
+    # Seed 000's venv (vLLM 0.27.1 port-0271, CUDA 13.3 from roles/cuda's environment file).
+    'venv': (
+        ('TORCH_CUDA_ARCH_LIST', '12.1a'),             # seed 000: GB10 is sm_121a; extensions built in the venv target it
+        ('FLASHINFER_CUDA_ARCH_LIST', '12.1a'),        # seed 000: sm_121a, for FlashInfer's JIT (attention kernels)
+        ('VLLM_MXFP4_USE_MARLIN', '1'),                # seed 000: "Marlin MXFP4 MoE" (vLLM's switch for the MXFP4 experts)
+    ),
+}
 
 # Written per host at every start by the nic role's resolver (roce_gids.NCCL_ENV_KEYS + NCCL_AUTO_KEYS):
 # an environment knob may not set them, or a stale value would mask the live GID table.
@@ -209,20 +261,34 @@ def _is_0731(model: str) -> bool:
     return '0731' in model
 
 
-def resolve_knobs(knobs: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+def _check_runtime_kind(runtime_kind: Any) -> str:
+    if runtime_kind not in KINDS:
+        raise VllmConfigError('runtime_kind is %s, expected one of %s' % (_found(runtime_kind), ', '.join(KINDS)))
+    return runtime_kind
+
+
+def resolve_knobs(knobs: Optional[Mapping[str, Any]], runtime_kind: str = 'container') -> Dict[str, Any]:
     """Validate the ``runtime_vllm_*`` knobs; returns them by short name with defaults applied.
+
+    A knob whose default is null and that the kind's profile (``PROFILES``) names takes the profile's value
+    when it is missing or null.
 
     >>> resolve_knobs({'runtime_vllm_max_num_seqs': 4})['max_num_seqs']
     4
+    >>> resolve_knobs({}, 'venv')['max_num_seqs']
+    12
     """
     if knobs is None:
         knobs = {}
     if not isinstance(knobs, Mapping):
         raise VllmConfigError('the vLLM knobs are %s, expected a dict of runtime_vllm_* variables' % _found(knobs))
+    profile = PROFILES[_check_runtime_kind(runtime_kind)]
     conf = {}  # type: Dict[str, Any]
     for name, default, kind, _doc in KNOBS:
         var = KNOB_PREFIX + name
         value = knobs.get(var, default)
+        if value is None and name in profile:
+            value = profile[name]
         if value is None and default is None:
             conf[name] = None
             continue
@@ -267,8 +333,14 @@ def resolve_knobs(knobs: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
                               % (p, conf['max_num_batched_tokens'], p, conf['max_model_len'], p))
     if conf['revision'] and re.search(r'\s', conf['revision']):
         raise VllmConfigError('%srevision is %r, expected a commit sha (40 hex digits), a branch or tag name, or empty' % (p, conf['revision']))
+    if conf['cudagraph_mode'] and conf['cudagraph_mode'] not in CUDAGRAPH_MODES:
+        raise VllmConfigError('%scudagraph_mode is %r, expected one of %s (or empty to leave it out)'
+                              % (p, conf['cudagraph_mode'], ', '.join(CUDAGRAPH_MODES)))
     for idx, arg in enumerate(conf['extra_args']):
         flag = arg.split('=', 1)[0]
+        if conf['cudagraph_mode'] and (flag in COMPILATION_FLAGS or flag.startswith('-O')):
+            raise VllmConfigError('%sextra_args[%d] is %r, expected no compilation config while %scudagraph_mode is %r (it sets '
+                                  '--compilation-config; empty it to pass your own)' % (p, idx, flag, p, conf['cudagraph_mode']))
         if flag in SECRET_FLAGS:
             raise VllmConfigError('%sextra_args[%d] is %s, expected no API key in argv (it shows in ps and the journal): put it in the '
                                   'environment file as VLLM_API_KEY' % (p, idx, flag))
@@ -335,7 +407,8 @@ def _check_topology(role: Any, node_rank: Any, nnodes: Any, master_addr: Any) ->
 
 def serve_argv(knobs: Optional[Mapping[str, Any]], role: Optional[str] = None, node_rank: Optional[int] = None,
                nnodes: Optional[int] = None, master_addr: Optional[str] = None,
-               command: Optional[Sequence[str]] = None, topology: Optional[Mapping[str, Any]] = None) -> List[str]:
+               command: Optional[Sequence[str]] = None, topology: Optional[Mapping[str, Any]] = None,
+               runtime_kind: str = 'container') -> List[str]:
     """The argv of ``vllm serve`` for one node.
 
     ``topology`` (the dict ``topology()`` returns) supplies role, node_rank,
@@ -352,7 +425,7 @@ def serve_argv(knobs: Optional[Mapping[str, Any]], role: Optional[str] = None, n
     node_rank = topo.get('node_rank') if node_rank is None else node_rank
     nnodes = topo.get('nnodes') if nnodes is None else nnodes
     master_addr = topo.get('master_addr') if master_addr is None else master_addr
-    conf = resolve_knobs(knobs)
+    conf = resolve_knobs(knobs, runtime_kind)
     _check_topology(role, node_rank, nnodes, master_addr)
     tp = nnodes if conf['tensor_parallel_size'] is None else conf['tensor_parallel_size']
     if tp != nnodes:
@@ -408,6 +481,8 @@ def serve_argv(knobs: Optional[Mapping[str, Any]], role: Optional[str] = None, n
         argv += ['--generation-config', conf['generation_config']]
     if conf['flashinfer_autotune']:
         argv.append('--enable-flashinfer-autotune')
+    if conf['cudagraph_mode']:
+        argv += ['--compilation-config', json.dumps({'cudagraph_mode': conf['cudagraph_mode']}, separators=(',', ':'))]
     argv += conf['extra_args']
 
     secret = (knobs or {}).get(KNOB_PREFIX + 'api_key') if isinstance(knobs, Mapping) else None
@@ -418,13 +493,13 @@ def serve_argv(knobs: Optional[Mapping[str, Any]], role: Optional[str] = None, n
     return argv
 
 
-def serve_warnings(knobs: Optional[Mapping[str, Any]]) -> List[str]:
+def serve_warnings(knobs: Optional[Mapping[str, Any]], runtime_kind: str = 'container') -> List[str]:
     """Settings that start but cost speed or safety (validated like ``serve_argv``); empty when none.
 
     >>> serve_warnings({}) == []
     True
     """
-    conf = resolve_knobs(knobs)
+    conf = resolve_knobs(knobs, runtime_kind)
     p = KNOB_PREFIX
     warnings = []
     if conf['max_num_seqs'] < RECOMMENDED_MAX_NUM_SEQS:
@@ -448,14 +523,15 @@ def serve_warnings(knobs: Optional[Mapping[str, Any]]) -> List[str]:
     return warnings
 
 
-def serve_env(knobs: Optional[Mapping[str, Any]]) -> Dict[str, str]:
+def serve_env(knobs: Optional[Mapping[str, Any]], runtime_kind: str = 'container') -> Dict[str, str]:
     """The static, non-secret environment of ``vllm serve`` (string values), ``runtime_vllm_env`` merged last.
 
     >>> serve_env({})['NCCL_NET'], serve_env({})['HF_HUB_OFFLINE']
     ('IB', '1')
     """
-    conf = resolve_knobs(knobs)
+    conf = resolve_knobs(knobs, runtime_kind)
     env = dict(STATIC_ENV)
+    env.update(KIND_ENV[runtime_kind])
     offline = '1' if conf['hf_hub_offline'] else '0'
     env['HF_HUB_OFFLINE'] = offline
     env['TRANSFORMERS_OFFLINE'] = offline

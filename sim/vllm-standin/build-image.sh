@@ -18,8 +18,12 @@ cp -a "$py" "$root/usr/bin/"
 ln -s "$ver" "$root/usr/bin/python3"
 tar -C / -cf - --exclude='__pycache__' --exclude="usr/lib/$ver/test" --exclude="usr/lib/$ver/idlelib" \
   --exclude="usr/lib/$ver/tkinter" "usr/lib/$ver" | tar -C "$root" -xf -
+# bash: the DSpark recipe's start-up is a `bash -lc` script (the Anemll image has it); the
+# stand-in recipe's steps need nothing else (no coreutils).
+bash=$(readlink -f /bin/bash)
+cp -a "$bash" "$root/usr/bin/bash"
 # The interpreter's and the extension modules' shared libraries, at the paths ldd resolves.
-for f in "$py" /usr/lib/"$ver"/lib-dynload/*.so; do
+for f in "$py" "$bash" /usr/lib/"$ver"/lib-dynload/*.so; do
   ldd "$f" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}'
 done | sort -u | while read -r lib; do
   cp -L --parents "$lib" "$root/"

@@ -74,6 +74,21 @@ def test_rank_runs_as_the_service_user_with_its_rank(host, expected):
     assert "--node-rank %d" % (0 if head else 1) in args
 
 
+def test_rank_argv_follows_the_venv_profile_of_seed_000(host):
+    """Where seed 000's venv stack differs from the container's (seed 004): Marlin MXFP4 MoE, FULL_AND_PIECEWISE
+    graphs, max_num_seqs 12 (capture 12 x 6 = 72), no deepseek_v4 tokenizer mode, no FlashInfer autotune."""
+    argv = host.check_output("tr '\\0' '\\n' < /proc/%d/cmdline" % _main_pid(host)).splitlines()
+    assert argv[argv.index("--moe-backend") + 1] == "marlin"
+    assert json.loads(argv[argv.index("--compilation-config") + 1]) == {"cudagraph_mode": "FULL_AND_PIECEWISE"}
+    assert argv[argv.index("--max-num-seqs") + 1] == "12"
+    assert argv[argv.index("--max-cudagraph-capture-size") + 1] == "72"
+    assert "--tokenizer-mode" not in argv and "flashinfer_b12x" not in argv
+    assert "--enable-flashinfer-autotune" not in argv
+    environ = host.check_output("tr '\\0' '\\n' < /proc/%d/environ" % _main_pid(host)).splitlines()
+    assert "VLLM_MXFP4_USE_MARLIN=1" in environ and "TORCH_CUDA_ARCH_LIST=12.1a" in environ
+    assert not [e for e in environ if e.startswith(("VLLM_USE_B12X_MOE=", "CUTE_DSL_ARCH=", "DSPARK_"))]
+
+
 def test_rank_environment_has_this_boots_gid_index_and_cuda_13_3(host, expected):
     environ = host.check_output("tr '\\0' '\\n' < /proc/%d/environ" % _main_pid(host)).splitlines()
     assert "NCCL_IB_GID_INDEX=%d" % expected["spark_sim_gid_index_v2"] in environ

@@ -46,7 +46,7 @@ def _container(host):
     return json.loads(host.check_output("docker container inspect dgxspark-vllm"))[0]
 
 
-def test_unit_is_an_active_oneshot_without_a_systemd_restart_loop(host):
+def test_unit_is_an_active_oneshot_retrying_only_a_failed_start(host):
     assert host.run("systemctl is-active dgxspark-vllm.service").stdout.strip() == "active"
     assert host.run("systemctl is-enabled dgxspark-vllm.service").stdout.strip() == "enabled"
     lines = host.file(UNIT).content_string.splitlines()
@@ -54,7 +54,9 @@ def test_unit_is_an_active_oneshot_without_a_systemd_restart_loop(host):
                  "ExecStop=/usr/local/sbin/dgxspark-vllm-stop", "ExecStartPre=+/usr/local/sbin/dgxspark-nccl-env",
                  "LimitMEMLOCK=infinity"):
         assert line in lines
-    assert not [line for line in lines if line.startswith("Restart=")]
+    # systemd retries a failed start only (bounded by the start limit); docker restarts a crashed rank.
+    assert [line for line in lines if line.startswith("Restart=")] == ["Restart=on-failure"]
+    assert [line for line in lines if line.startswith("StartLimitBurst=")]
     assert any(re.match(r"After=.*dgxspark-clock-cap\.service.*docker\.service", line) for line in lines)
 
 
@@ -114,3 +116,78 @@ def test_head_serves(host, expected):
                      "--served-model-name deepseek-v4-flash-0731 --max-model-len 1048576 "
                      "--secret-env-file /etc/dgxspark/vllm-secret.env")
     assert check.rc == 0, check.stdout
+
+
+# The recipe's start-up at the pinned commit (docker-compose.dspark.yml @ 489af95, mirrored by the stand-in
+# checkout): its steps with the default switches, in its order, before vllm serve.
+RECIPE_STEPS_HEAD = [
+    "encoder-install", "hotfix-encoding-dsv4-issue21.py", "hotfix-dsv4-issue55-tool-truncation.py",
+    "hotfix-nvfp4-ds-mla-issue22.sh", "hotfix-gb10-spin-wait.sh",
+    "hotfix-dsv4-mtp-buffer-50312.sh", "hotfix-dsv4-adaptive-topk-50004.sh", "hotfix-dsv4-skip-topk-49486.sh",
+    "hotfix-dsv4-dense-prefill-indexer-48407.sh", "hotfix-dsv4-skip-empty-c128-48957.sh",
+    "hotfix-dsv4-flashmla-workspace-50298.sh", "hotfix-dsv4-grammar-advance.sh",
+    "hotfix-vllm-redact-api-key-log.sh", "hotfix-vllm-redact-api-key-log.sh --status",
+    "hotfix-vllm-empty-encoder-output.py", "hotfix-dsv4-issue27-partial-prefill-concurrency.py",
+    "hotfix-dsv4-issue43-decode-fairness-and-diag.py", "hotfix-dsv4-issue26-hybrid-swa-min.py",
+    "hotfix-dsv4-suppress-stops-in-reasoning.py", "vllm-serve",
+]
+
+
+def _startup_record(host):
+    text = host.check_output("docker exec dgxspark-vllm python3 -c "
+                             "\"print(open('/tmp/dgxspark-standin-startup.log').read())\"")
+    steps = [line.split(" ", 1)[1] for line in text.splitlines() if line.strip()]
+    # A rank docker restarted in place (case 2) ran the start-up again in the same container: the last run.
+    runs = " | ".join(steps).split("vllm-serve")
+    assert steps and steps[-1] == "vllm-serve", steps
+    return [s for s in runs[-2].strip(" |").split(" | ") if s] + ["vllm-serve"]
+
+
+def test_recipe_startup_steps_ran_in_the_recipe_order_before_serving(host, expected):
+    steps = _startup_record(host)
+    names = [s.split(" ")[0] if s.startswith("encoder-install") else s for s in steps]
+    want = list(RECIPE_STEPS_HEAD)
+    if expected["group"] == "spark_workers":
+        # The API key (and so the recipe's key-redaction step) is on the head only.
+        want = [s for s in want if not s.startswith("hotfix-vllm-redact-api-key-log.sh")]
+    assert names == want
+    snapshot = "/cache/huggingface/hub/models--deepseek-ai--DeepSeek-V4-Flash-0731/snapshots/%s/encoding/encoding_dsv4.py"
+    assert steps[0] == "encoder-install " + snapshot % "9e165c30e2704aec5d9d593cce3eebd58bbef1cb"
+
+
+def test_rank_runs_the_pinned_recipe_checkout(host):
+    info = _container(host)
+    commit = open(os.path.join(os.environ.get("SPARK_SIM_DIR", os.path.join(os.path.dirname(os.path.dirname(SCENARIO)),
+                                                                            ".sim", "molecule-service_container")),
+                               "dspark-recipe-standin.commit"), encoding="utf-8").read().strip()
+    assert re.match(r"^[0-9a-f]{40}$", commit)
+    assert host.file("/opt/dgxspark/dspark-recipe/.dgxspark-recipe-commit").content_string.strip() == commit
+    assert info["Config"]["Labels"]["io.dgxspark.recipe-commit"] == commit
+    # bash -lc <the recipe's start-up> dgxspark-dspark-startup /usr/local/bin/vllm serve MODEL ...
+    assert info["Path"] == "bash" and info["Args"][0] == "-lc"
+    assert info["Args"][2:5] == ["dgxspark-dspark-startup", "/usr/local/bin/vllm", "serve"]
+    assert info["Args"][1].rstrip().endswith('exec "$@"')
+    mounts = {m["Destination"]: m["Source"] for m in info["Mounts"]}
+    assert mounts["/opt/dspark-patches"] == "/opt/dgxspark/dspark-recipe/patches"
+    assert mounts["/opt/hotfix-dsv4-issue55-tool-truncation.py"] == \
+        "/opt/dgxspark/dspark-recipe/patches/hotfix-dsv4-issue55-tool-truncation.py"
+    env = info["Config"]["Env"]
+    for switch in ("DSPARK_SKIP_HOTFIX=0", "DSPARK_SKIP_ISSUE22_HOTFIX=0", "DSPARK_SKIP_SPIN_WAIT_HOTFIX=0",
+                   "DSPARK_SUPPRESS_STOPS_IN_REASONING=1", "DSPARK_MAX_INFLIGHT_PREFILLS=2",
+                   "DSPARK_REVISION=9e165c30e2704aec5d9d593cce3eebd58bbef1cb",
+                   "TORCH_CUDA_ARCH_LIST=12.1a", "CUTE_DSL_ARCH=sm_121a", "VLLM_USE_B12X_MOE=1"):
+        assert switch in env
+
+
+def test_every_node_runs_the_same_image_id(host):
+    """The image id compared across the nodes (the head's against the worker's), not only each node's own label."""
+    import testinfra  # pylint: disable=import-outside-toplevel
+
+    ssh_config = os.path.join(os.path.dirname(os.path.dirname(SCENARIO)), ".sim", "molecule-service_container", "ssh_config")
+    ids = {}
+    for name in sorted(HOSTS):
+        other = testinfra.get_host("ssh://" + name, ssh_config=ssh_config, sudo=True)
+        ids[name] = (other.check_output("docker container inspect --format '{{.Image}}' dgxspark-vllm"),
+                     other.check_output("docker image inspect --format '{{.Id}}' %s" % IMAGE))
+    assert len(set(ids.values())) == 1, ids
+    assert ids[sorted(HOSTS)[0]][0].startswith("sha256:")

@@ -35,6 +35,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 PROG = 'dgxspark_nccl_resolve.py'
 DEFAULT_LIB = '/usr/local/lib/dgxspark'
@@ -80,6 +81,11 @@ def parse_args(argv):
     parser.add_argument('--hca', action='append', default=[], metavar='DEV',
                         help='only consider this RDMA device (include list; NCCL\'s ^ exclude form is refused); repeatable')
     parser.add_argument('--socket-ifname', help='socket interface instead of the netdev of the first rail')
+    parser.add_argument('--wait', type=float, default=0.0, metavar='SECONDS',
+                        help='keep retrying a failed resolution for up to this long (the fabric coming up after a boot); '
+                             '0 = one attempt (default: %(default)s)')
+    parser.add_argument('--wait-interval', type=float, default=2.0, metavar='SECONDS',
+                        help='pause between attempts while waiting (default: %(default)s)')
     return parser.parse_args(argv)
 
 
@@ -131,24 +137,45 @@ def remove_stale(path):
     log('removed stale %s' % path)
 
 
+def resolve_once(args):
+    lib = load_library()
+    static = read_static_env(lib, args.static_env)
+    source, entries, problems = read_table(lib, args)
+    port_states = lib.read_port_states(args.sysfs_root)
+    try:
+        resolution = lib.build_nccl_env(entries, args.fabric_ipv4, roce_version=args.roce_version, hca=args.hca,
+                                        nccl_gid_auto=args.nccl_gid_auto, socket_ifname=args.socket_ifname,
+                                        port_states=port_states)
+    except lib.RoceGidError as exc:
+        detail = ' Parser notes: %s' % '; '.join(problems[:5]) if problems else ''
+        raise ResolveError('%s (from %s).%s' % (exc.msg, source, detail))
+    return lib, static, source, problems, resolution
+
+
 def run(argv):
     args = parse_args(argv)
-    try:
-        lib = load_library()
-        static = read_static_env(lib, args.static_env)
-        source, entries, problems = read_table(lib, args)
-        port_states = lib.read_port_states(args.sysfs_root)
+    if args.wait < 0 or args.wait_interval <= 0:
+        log('--wait must be >= 0 and --wait-interval > 0 (got %s, %s)' % (args.wait, args.wait_interval))
+        return 2
+    deadline = time.monotonic() + args.wait
+    attempt = 0
+    while True:
+        attempt += 1
         try:
-            resolution = lib.build_nccl_env(entries, args.fabric_ipv4, roce_version=args.roce_version, hca=args.hca,
-                                            nccl_gid_auto=args.nccl_gid_auto, socket_ifname=args.socket_ifname,
-                                            port_states=port_states)
-        except lib.RoceGidError as exc:
-            detail = ' Parser notes: %s' % '; '.join(problems[:5]) if problems else ''
-            raise ResolveError('%s (from %s).%s' % (exc.msg, source, detail))
-    except ResolveError as exc:
-        log('FAILED: %s' % exc)
-        remove_stale(args.output)
-        return EXIT_FAILED
+            lib, static, source, problems, resolution = resolve_once(args)
+            break
+        except ResolveError as exc:
+            if time.monotonic() + args.wait_interval > deadline:
+                log('FAILED: %s%s' % (exc, ' (after %d attempts in %g s, --wait)' % (attempt, args.wait) if args.wait else ''))
+                remove_stale(args.output)
+                return EXIT_FAILED
+            if attempt == 1:
+                # Bounded: the fabric may still be coming up after a boot (link training, addresses, GIDs).
+                remove_stale(args.output)
+                log('not yet: %s; retrying every %g s for up to %g s' % (exc, args.wait_interval, args.wait))
+            time.sleep(args.wait_interval)
+    if attempt > 1:
+        log('resolved at attempt %d' % attempt)
 
     resolved = resolution['env']
     managed = set(lib.NCCL_ENV_KEYS) | set(lib.NCCL_AUTO_KEYS)

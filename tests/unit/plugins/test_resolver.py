@@ -8,9 +8,11 @@ as it does on a node from /usr/local/lib/dgxspark.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -260,3 +262,54 @@ def test_resolver_runs_under_the_python_the_unit_names(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert rg.parse_env_file(proc.stdout)['NCCL_IB_GID_INDEX'] == '7'
     assert 'GID index 7' in proc.stderr
+
+
+# ---------------------------------------------------------------------------- --wait: the fabric comes up late
+
+def test_wait_retries_until_the_fabric_comes_up(tmp_path):
+    """The address's GID appears only after a few seconds (the link training after a boot): one run succeeds."""
+    sysfs = make_sysfs(tmp_path / 'sys', spark_rows(index0=5, v2=False))
+    out = tmp_path / 'nccl.env'
+    out.write_text('NCCL_IB_GID_INDEX=3\n')  # stale, from the last boot
+    late = make_sysfs(tmp_path / 'late', spark_rows(index0=5))
+    cmd = [sys.executable, str(RESOLVER), '--show-gids-cmd', '', '--fabric-ipv4', IP0, '--sysfs-root', str(sysfs),
+           '--output', str(out), '--wait', '20', '--wait-interval', '0.2']
+    proc = subprocess.Popen(cmd, env=dict(os.environ, DGXSPARK_LIB=str(LIB_DIR)), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, universal_newlines=True)
+    try:
+        deadline = time.monotonic() + 10
+        while out.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not out.exists(), 'the stale file is removed at the first failed attempt'
+        assert proc.poll() is None, 'still waiting for the fabric'
+        # The v2 GID of the address appears.
+        (sysfs / 'class').rename(tmp_path / 'old-class')
+        (late / 'class').rename(sysfs / 'class')
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert read_env(out)['NCCL_IB_GID_INDEX'] == '5'
+    assert 'not yet: ' in err and 'retrying every 0.2 s for up to 20 s' in err
+    assert re.search(r'resolved at attempt ([2-9]|\d\d+)', err)
+    assert 'FAILED' not in err
+
+
+def test_wait_is_bounded(tmp_path):
+    sysfs = make_sysfs(tmp_path / 'sys', spark_rows(v2=False))
+    start = time.monotonic()
+    proc = resolve(tmp_path, '--fabric-ipv4', IP0, '--sysfs-root', sysfs, '--output', tmp_path / 'nccl.env',
+                   '--wait', '1.5', '--wait-interval', '0.3')
+    took = time.monotonic() - start
+    assert proc.returncode == 1
+    assert re.search(r'FAILED: .*exists only as RoCE v1.*\(after [3-6] attempts in 1\.5 s, --wait\)', proc.stderr), proc.stderr
+    assert 1.0 < took < 10
+
+
+def test_wait_zero_is_one_attempt(tmp_path):
+    sysfs = make_sysfs(tmp_path / 'sys', spark_rows(v2=False))
+    proc = resolve(tmp_path, '--fabric-ipv4', IP0, '--sysfs-root', sysfs, '--output', tmp_path / 'nccl.env')
+    assert proc.returncode == 1 and 'not yet' not in proc.stderr and 'attempts' not in proc.stderr
+    bad = resolve(tmp_path, '--fabric-ipv4', IP0, '--wait', '-1')
+    assert bad.returncode == 2 and '--wait must be >= 0' in bad.stderr

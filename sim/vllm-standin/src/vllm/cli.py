@@ -19,7 +19,7 @@ import sys
 import threading
 from typing import Any, Dict, List, Optional
 
-from vllm import __version__, checks, log, nccl
+from vllm import __version__, checks, log, nccl, standin_startup
 from vllm.rendezvous import Head, Worker
 from vllm.server import ApiServer, Engine
 
@@ -396,6 +396,7 @@ def run_worker(args: argparse.Namespace, eargs: Dict[str, Any], life: Lifecycle)
 
 
 def serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    standin_startup.record_serve()  # the DSpark recipe's start-up record (helper 5; see standin_startup.py)
     log.setup('Headless' if args.headless else 'APIServer')
     model = args.model_tag or args.model
     served = list(args.served_model_name or [model])

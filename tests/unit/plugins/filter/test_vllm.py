@@ -25,7 +25,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.dgxspark.cluster.plugins.filter.vllm import FilterModule
 from ansible_collections.dgxspark.cluster.plugins.module_utils import roce_gids
 from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_cmd import (
-    KNOB_DEFAULTS, KNOBS, PER_HOST_ENV_KEYS, VllmConfigError, cudagraph_capture_size, serve_argv, serve_env,
+    KIND_ENV, KNOB_DEFAULTS, KNOBS, PER_HOST_ENV_KEYS, PROFILES, VllmConfigError, cudagraph_capture_size, serve_argv, serve_env,
     serve_warnings, speculative_config, topology)
 
 REPO = Path(__file__).resolve().parents[4]
@@ -78,6 +78,68 @@ def test_head_reproduces_the_seed_command():
 
 def test_worker_reproduces_the_seed_command():
     assert worker() == shlex.split(SEED_WORKER)
+
+
+# ---------------------------------------------------------------------------- the venv kind's own profile (seed 000)
+
+def test_venv_profile_follows_seed_000_where_it_differs():
+    """Seed 000's venv stack: Marlin MXFP4 MoE, FULL_AND_PIECEWISE graphs, max_num_seqs 12; not the image's b12x flags."""
+    argv = head(runtime_kind='venv')
+    assert flag(argv, '--max-num-seqs') == '12'
+    assert flag(argv, '--max-cudagraph-capture-size') == str(12 * 6)
+    assert flag(argv, '--moe-backend') == 'marlin'
+    assert json.loads(flag(argv, '--compilation-config')) == {'cudagraph_mode': 'FULL_AND_PIECEWISE'}
+    assert '--tokenizer-mode' not in argv
+    assert '--enable-flashinfer-autotune' not in argv
+    # Where seed 000 says nothing different, both kinds agree (same builder, same flags).
+    same = [a for a in head() if a not in ('--tokenizer-mode', 'deepseek_v4', '--moe-backend', 'flashinfer_b12x',
+                                           '--enable-flashinfer-autotune', '6', '36')]
+    assert [a for a in argv if a in same] == same
+
+
+def test_container_profile_is_the_recipe_command():
+    assert head(runtime_kind='container') == head() == shlex.split(SEED_HEAD)
+    assert '--compilation-config' not in head()
+
+
+@pytest.mark.parametrize('name', sorted(PROFILES['venv']))
+def test_null_takes_the_profile_and_a_value_wins(name):
+    for kind in ('container', 'venv'):
+        conf_null = serve_argv({'runtime_vllm_' + name: None}, 'head', 0, 2, HEAD_IP, runtime_kind=kind)
+        assert conf_null == head(runtime_kind=kind)
+    override = {'max_num_seqs': 8, 'tokenizer_mode': 'auto', 'moe_backend': 'triton', 'flashinfer_autotune': True,
+                'cudagraph_mode': 'PIECEWISE'}[name]
+    argv = head({'runtime_vllm_' + name: override}, runtime_kind='venv')
+    assert argv != head(runtime_kind='venv')
+
+
+def test_bad_kind_and_bad_cudagraph_mode():
+    with pytest.raises(VllmConfigError) as err:
+        head(runtime_kind='podman')
+    assert "runtime_kind is 'podman' (str), expected one of container, venv" in str(err.value)
+    with pytest.raises(VllmConfigError) as err:
+        head({'runtime_vllm_cudagraph_mode': 'full'}, runtime_kind='venv')
+    assert "runtime_vllm_cudagraph_mode is 'full', expected one of NONE" in str(err.value)
+    with pytest.raises(VllmConfigError) as err:
+        head({'runtime_vllm_extra_args': ['-O3']}, runtime_kind='venv')
+    assert 'runtime_vllm_extra_args[0] is \'-O3\', expected no compilation config' in str(err.value)
+    assert head({'runtime_vllm_extra_args': ['-O3']})[-1] == '-O3'
+
+
+def test_arch_and_compile_knobs_per_kind():
+    container, venv = serve_env({}), serve_env({}, 'venv')
+    for key, value in [('TORCH_CUDA_ARCH_LIST', '12.1a'), ('FLASHINFER_CUDA_ARCH_LIST', '12.1a'), ('CUTE_DSL_ARCH', 'sm_121a'),
+                       ('VLLM_USE_B12X_MOE', '1')]:
+        assert container[key] == value
+    assert venv['TORCH_CUDA_ARCH_LIST'] == '12.1a' and venv['VLLM_MXFP4_USE_MARLIN'] == '1'
+    assert 'VLLM_USE_B12X_MOE' not in venv and 'CUTE_DSL_ARCH' not in venv
+    assert 'VLLM_MXFP4_USE_MARLIN' not in container
+    # Each value carries the source of its value in a comment.
+    src = (REPO / 'plugins' / 'module_utils' / 'vllm_cmd.py').read_text().splitlines()
+    for kind, pairs in KIND_ENV.items():
+        for key, _value in pairs:
+            line = [ln for ln in src if ln.strip().startswith("('%s'," % key) and '#' in ln]
+            assert line, (kind, key)
 
 
 def test_head_and_worker_differ_only_in_rank_and_headless():
@@ -299,8 +361,9 @@ BOOL_KNOBS = [name for name, _d, kind, _doc in KNOBS if kind == 'bool']
 INT_KNOBS = [name for name, _d, kind, _doc in KNOBS if kind == 'int']
 
 
-@pytest.mark.parametrize('name', BOOL_KNOBS)
-@pytest.mark.parametrize('value', ['true', 'yes', 1, 0, None])
+# null is the kind profile's value for a profile knob (test_null_takes_the_profile_and_a_value_wins)
+@pytest.mark.parametrize('name,value', [(n, v) for n in BOOL_KNOBS for v in ['true', 'yes', 1, 0, None]
+                                        if not (v is None and n in PROFILES['container'])])
 def test_booleans_must_be_booleans(name, value):
     with pytest.raises(VllmConfigError) as err:
         head({'runtime_vllm_' + name: value})
@@ -385,6 +448,8 @@ def test_a_secret_smuggled_into_argv_is_refused():
 
 def test_static_environment():
     env = serve_env({})
+    for key, _value in KIND_ENV['container']:
+        env.pop(key)
     assert env == {
         'NCCL_NET': 'IB', 'NCCL_IB_DISABLE': '0', 'NCCL_CROSS_NIC': '1', 'NCCL_CUMEM_ENABLE': '0',
         'NCCL_IGNORE_CPU_AFFINITY': '1', 'NCCL_NVLS_ENABLE': '0', 'NCCL_DEBUG': 'WARN',

@@ -1,0 +1,33 @@
+# -*- coding: utf-8 -*-
+# Copyright: dgxspark.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The node whose rank log shows the first error, as a filter (plugins/module_utils/vllm_logs.py).
+
+Documented in its sidecar file ``service_first_error.yml``.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.dgxspark.cluster.plugins.module_utils import vllm_logs
+
+
+def service_first_error(reports):
+    """The earliest error line across the nodes' logs (see vllm_logs.first_error)."""
+    found = vllm_logs.first_error(reports)
+    if found:
+        found = dict(found, line=vllm_logs.strip_times([found['line']])[0])
+    return found
+
+
+def service_error_lines(lines):
+    """The lines that are errors (vllm_logs.ERROR_RE), in order."""
+    return [line for line in lines or [] if isinstance(line, str) and vllm_logs.ERROR_RE.search(line)]
+
+
+class FilterModule(object):
+    """Serving-unit log filters."""
+
+    def filters(self):
+        return {'service_first_error': service_first_error, 'service_error_lines': service_error_lines}

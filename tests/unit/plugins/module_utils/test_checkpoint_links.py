@@ -59,7 +59,7 @@ def as_user(uid, func):
             os._exit(0)
         except BaseException:  # noqa: B902 - report any failure through the exit status
             os._exit(1)
-    _, status = os.waitpid(pid, 0)
+    status = os.waitpid(pid, 0)[1]
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, "planting the link as uid %d failed" % uid
 
 

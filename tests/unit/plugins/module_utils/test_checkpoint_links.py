@@ -212,3 +212,14 @@ def test_existing_parents_are_never_chowned():
     assert parents == ["{{ checkpoint_home | dirname }}", "{{ checkpoint_cache_dir | dirname }}"]
     task = [t for t in _tasks("setup.yml") if t.get("name") == "Create the directories"][0]
     assert "item.parent" in task["when"]
+
+
+def test_the_runtime_leaves_existing_parents_alone_too():
+    runtime = os.path.join(ROLE, "..", "runtime")
+    with open(os.path.join(runtime, "vars", "main.yml"), encoding="utf-8") as handle:
+        dirs = yaml.safe_load(handle)["__runtime_dirs"]
+    assert all(d.get("parent") for d in dirs if "dirname" in d["path"])
+    assert not any(d.get("parent") for d in dirs if "dirname" not in d["path"])
+    with open(os.path.join(runtime, "tasks", "user.yml"), encoding="utf-8") as handle:
+        task = [t for t in yaml.safe_load(handle) if t.get("name") == "Create the directories"][0]
+    assert "item.parent" in task["when"] and task["ansible.builtin.file"]["follow"] is False

@@ -47,6 +47,11 @@ def vllm_serve_env(knobs, runtime_kind='container'):
     return vllm_cmd.serve_env(knobs, runtime_kind=runtime_kind)
 
 
+def vllm_api_problems(knobs):
+    """The API binds beyond loopback without a key (see vllm_cmd.api_problems)."""
+    return vllm_cmd.api_problems(knobs)
+
+
 def vllm_topology(groups, hostvars, host, head_group='spark_head', worker_group='spark_workers'):
     """A host's role, node rank, node count and the master address (see vllm_cmd.topology)."""
     return vllm_cmd.topology(groups, hostvars, host, head_group=head_group, worker_group=worker_group)
@@ -61,4 +66,5 @@ class FilterModule(object):
             'vllm_serve_warnings': _wrap(vllm_serve_warnings),
             'vllm_serve_env': _wrap(vllm_serve_env),
             'vllm_topology': _wrap(vllm_topology),
+            'vllm_api_problems': _wrap(vllm_api_problems),
         }

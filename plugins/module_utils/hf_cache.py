@@ -33,6 +33,7 @@ fetches it before downloading) has this shape::
 from __future__ import annotations
 
 import datetime
+import errno
 import hashlib
 import json
 import os
@@ -90,30 +91,95 @@ def check_ref(raw, revision, ref_name="main"):
 
 
 def read_ref(repo_dir, ref_name="main"):
-    """The raw bytes of refs/<ref_name>, or None."""
+    """The raw bytes of refs/<ref_name>, or None (a link is not followed: read as absent)."""
     try:
-        with open(os.path.join(repo_dir, "refs", ref_name), "rb") as handle:
-            return handle.read(4096)
+        fd = os.open(os.path.join(repo_dir, "refs", ref_name), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except (FileNotFoundError, NotADirectoryError):
         return None
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return None
+        raise
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read(4096)
+
+
+class LinkRefused(OSError):
+    """A path a root step would act on is (or passes through) a symlink in a tree a less trusted user owns."""
+
+
+def link_problems(repo_dir):
+    """Paths (relative to ``repo_dir``) where a link stands in the way of a root step, each with why.
+
+    The repo folder, ``refs``, ``blobs``, ``snapshots`` and every directory below them must be real directories
+    and every ref and blob a regular file; the only links allowed are the snapshot files' (they point into
+    ``blobs``). The checkpoint user owns this tree (and hf and its dependencies run as it), and the head's
+    transfer key can write it with ``rsync --force``: a link here would point root's chown, write or delete
+    anywhere on the node. Nothing is followed (lstat, ``os.walk(followlinks=False)``).
+    """
+    found = []
+    if os.path.islink(repo_dir):
+        return [("", "the repo folder is a link (to %s)" % os.readlink(repo_dir))]
+    if not os.path.isdir(repo_dir):
+        return []
+    for top in ("refs", "blobs", "snapshots"):
+        path = os.path.join(repo_dir, top)
+        if os.path.islink(path):
+            found.append((top, "a link (to %s), expected a directory" % os.readlink(path)))
+    for base, dirs, files in os.walk(repo_dir, followlinks=False):
+        rel = os.path.relpath(base, repo_dir)
+        top = "" if rel == "." else rel.split(os.sep)[0]
+        for name in dirs:
+            full = os.path.join(base, name)
+            where = os.path.relpath(full, repo_dir)
+            if os.path.islink(full) and where not in ("refs", "blobs", "snapshots"):
+                found.append((where, "a link to a directory (%s), expected a directory" % os.readlink(full)))
+        for name in files:
+            full = os.path.join(base, name)
+            if os.path.islink(full) and top != "snapshots":
+                found.append((os.path.relpath(full, repo_dir), "a link (to %s), expected a regular file"
+                              % os.readlink(full)))
+    return sorted(found)
+
+
+def _no_link(path):
+    if os.path.islink(path):
+        raise LinkRefused("%s is a link (to %s): refused, nothing written" % (path, os.readlink(path)))
 
 
 def write_ref(repo_dir, revision, ref_name="main", uid=-1, gid=-1):
-    """Make refs/<ref_name> hold exactly ``revision`` (no newline), atomically; True when it changed."""
+    """Make refs/<ref_name> hold exactly ``revision`` (no newline), atomically; True when it changed.
+
+    Never follows a link: the repo folder, ``refs`` and the ref itself are lstat-ed (``LinkRefused`` names the
+    path), the temporary file is opened with O_NOFOLLOW|O_EXCL and chowned through its descriptor, ``refs``
+    with lchown.
+    """
     if not is_commit(revision):
         raise ValueError("not a 40-hex commit sha: %r" % revision)
+    if "/" in ref_name or ref_name in ("", ".", ".."):
+        raise ValueError("not a plain ref name: %r" % ref_name)
+    _no_link(repo_dir)
+    refs = os.path.join(repo_dir, "refs")
+    _no_link(refs)
+    target = os.path.join(refs, ref_name)
+    _no_link(target)
     if read_ref(repo_dir, ref_name) == revision.encode():
         return False
-    refs = os.path.join(repo_dir, "refs")
-    os.makedirs(refs, exist_ok=True)
-    target = os.path.join(refs, ref_name)
+    try:
+        os.mkdir(refs, 0o755)
+    except FileExistsError:
+        _no_link(refs)
     tmp = "%s.%d.tmp" % (target, os.getpid())
-    with open(tmp, "wb") as handle:
-        handle.write(revision.encode())
-    os.chmod(tmp, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        os.write(fd, revision.encode())
+        os.fchmod(fd, 0o644)
+        if uid != -1 or gid != -1:
+            os.fchown(fd, uid, gid)
+    finally:
+        os.close(fd)
     if uid != -1 or gid != -1:
-        os.chown(tmp, uid, gid)
-        os.chown(refs, uid, gid)
+        os.chown(refs, uid, gid, follow_symlinks=False)
     os.replace(tmp, target)
     return True
 

@@ -173,6 +173,42 @@ def command_line(argv, comm=""):
     return " ".join(argv) if argv else comm
 
 
+# Flags whose value is a secret, and NAME=value words whose name says it is one: masked in every report.
+SECRET_FLAGS = ("--api-key", "--token", "--hf-token", "--password", "--secret", "--auth-token", "--access-token")
+_SECRET_WORD_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD)[A-Za-z0-9_]*)=(.+)$", re.IGNORECASE)
+
+
+def mask_argv(argv):
+    """argv with secret values as ``****``: ``--api-key k``, ``--api-key=k``, ``VLLM_API_KEY=k``, ``hf_...`` tokens.
+
+    >>> mask_argv(["vllm", "serve", "m", "--api-key", "s3cr3t", "--token=abc", "HF_TOKEN=hf_x", "--port", "8888"])
+    ['vllm', 'serve', 'm', '--api-key', '****', '--token=****', 'HF_TOKEN=****', '--port', '8888']
+    """
+    out = []
+    mask_next = False
+    for arg in argv or ():
+        if mask_next:
+            out.append("****")
+            mask_next = False
+            continue
+        flag, sep, _value = arg.partition("=")
+        if flag in SECRET_FLAGS:
+            if sep:
+                out.append(flag + "=****")
+            else:
+                out.append(arg)
+                mask_next = True
+            continue
+        word = _SECRET_WORD_RE.match(arg)
+        if word:
+            out.append(word.group(1) + "=****")
+        elif re.match(r"^hf_[A-Za-z0-9]{8,}$", arg):
+            out.append("****")
+        else:
+            out.append(arg)
+    return out
+
+
 def matches(cmdline, patterns):
     """The first pattern (a Python regex, re.search) that matches ``cmdline``, or None."""
     for pattern in patterns or ():
@@ -221,7 +257,8 @@ def classify(processes, listeners, patterns, unit="", container_ids=(), root="",
             action = "unit" if matched else "manual"
         else:
             action = "signal"
-        found.append({"pid": proc["pid"], "comm": proc.get("comm", ""), "cmdline": cmdline[:200], "ports": ports,
+        shown = command_line(mask_argv(proc.get("argv") or []), proc.get("comm", ""))
+        found.append({"pid": proc["pid"], "comm": proc.get("comm", ""), "cmdline": shown[:200], "ports": ports,
                       "matched": matched or "", "unit": owner["unit"], "container": owner["container"],
                       "scope": owner["scope"], "action": action})
     uids = listener_uids or {}

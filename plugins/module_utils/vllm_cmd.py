@@ -41,6 +41,7 @@ __all__ = [
     'VllmConfigError', 'KNOBS', 'KNOB_DEFAULTS', 'KINDS', 'PROFILES', 'KIND_ENV', 'CUDAGRAPH_MODES', 'KNOB_PREFIX', 'PER_HOST_ENV_KEYS', 'STATIC_ENV',
     'MAX_MODEL_LEN_CEILING', 'MIN_MTP_0731', 'RECOMMENDED_MAX_NUM_SEQS', 'GPU_MEMORY_UTILIZATION_CEILING',
     'KV_CACHE_DTYPES', 'DRAFT_SAMPLE_METHODS', 'DEFAULT_THINKING', 'OWNED_FLAGS',
+    'REQUIRED_BLOCK_SIZE', 'REPO_0731', 'REVISION_0731', 'api_problems', 'is_0731',
     'resolve_knobs', 'serve_argv', 'serve_warnings', 'serve_env', 'topology',
     'speculative_config', 'cudagraph_capture_size',
 ]
@@ -48,6 +49,9 @@ __all__ = [
 KNOB_PREFIX = 'runtime_vllm_'
 
 MAX_MODEL_LEN_CEILING = 1048576          # the model's architectural maximum (1M)
+REPO_0731 = 'deepseek-ai/DeepSeek-V4-Flash-0731'   # the official 0731 checkpoint ...
+REVISION_0731 = '9e165c30e2704aec5d9d593cce3eebd58bbef1cb'  # ... and its pinned commit (seed 004)
+REQUIRED_BLOCK_SIZE = 256                # seed 000 #1/#2: the main KV store stays at 256
 MIN_MTP_0731 = 5                         # 0731 checkpoint: dspark_block_size 5; fewer truncates the draft blocks
 RECOMMENDED_MAX_NUM_SEQS = 6             # seed 003: fewer shrinks the captured graphs (-1/3 decode)
 GPU_MEMORY_UTILIZATION_CEILING = 0.87    # never above ~0.86-0.87 on a Spark (platform facts "Memory")
@@ -74,7 +78,8 @@ KNOBS = (
     ('master_port', 25000, 'int', 'Rendezvous port on the head\'s fabric address (--master-port).'),
     ('tensor_parallel_size', None, 'int', 'Tensor-parallel size; null = the number of nodes (one GB10 GPU per node).'),
     ('kv_cache_dtype', 'nvfp4_ds_mla', 'str', 'KV cache dtype (--kv-cache-dtype), fp8_ds_mla or nvfp4_ds_mla.'),
-    ('block_size', 256, 'int', 'KV block size (--block-size).'),
+    ('block_size', 256, 'int', 'KV block size (--block-size); only 256 unless block_size_override.'),
+    ('block_size_override', False, 'bool', 'Allow a block size other than 256 (seed 000 #1/#2 refuse it).'),
     ('max_model_len', MAX_MODEL_LEN_CEILING, 'int', 'Per-request context ceiling (--max-model-len), at most 1048576.'),
     ('max_num_seqs', None, 'int', 'Concurrent sequences (--max-num-seqs); null = the runtime kind\'s profile (container 6, venv 12); '
      'below 6 shrinks the captured graphs.'),
@@ -100,6 +105,7 @@ KNOBS = (
      'the kind\'s profile (container empty: the image\'s default, venv FULL_AND_PIECEWISE).'),
     ('extra_args', [], 'list', 'More vllm serve arguments, appended as given (never --api-key, never a flag set by a knob).'),
     ('hf_hub_offline', True, 'bool', 'HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE = 1 (set after both caches are complete).'),
+    ('open_api_ok', False, 'bool', 'Serve the API on a non-loopback host without an API key (an explicit opt-out).'),
     ('env', {}, 'dict', 'More environment for vLLM, merged over the static recipe environment (never VLLM_API_KEY, never a per-host key).'),
 )
 KNOB_DEFAULTS = dict((KNOB_PREFIX + name, default) for name, default, _kind, _doc in KNOBS)
@@ -257,8 +263,20 @@ def _range(var: str, value: Any, low: Optional[float] = None, high: Optional[flo
         raise VllmConfigError('%s is %r, expected %s%s' % (var, value, bounds, what))
 
 
-def _is_0731(model: str) -> bool:
-    return '0731' in model
+def is_0731(model: str, revision: str) -> bool:
+    """Whether vLLM serves the 0731 checkpoint: by repo id and revision, never by a substring of a path.
+
+    The pinned repo id, or the pinned commit, is the 0731 checkpoint; a local directory names no repo, so it
+    counts as 0731 (the worst case for the draft-depth check).
+
+    >>> is_0731('deepseek-ai/DeepSeek-V4-Flash-0731', ''), is_0731('/srv/models/any', ''), is_0731('org/other', '')
+    (True, True, False)
+    >>> is_0731('org/not-0731-either', REVISION_0731)
+    True
+    """
+    if model.startswith(('/', '.', '~')):
+        return True
+    return model.lower() == REPO_0731.lower() or revision == REVISION_0731
 
 
 def _check_runtime_kind(runtime_kind: Any) -> str:
@@ -303,6 +321,11 @@ def resolve_knobs(knobs: Optional[Mapping[str, Any]], runtime_kind: str = 'conta
         raise VllmConfigError('%skv_cache_dtype is %r, expected one of %s (the DeepSeek-V4 sparse-MLA layouts)'
                               % (p, conf['kv_cache_dtype'], ', '.join(KV_CACHE_DTYPES)))
     _range(p + 'block_size', conf['block_size'], 1)
+    if conf['block_size'] != REQUIRED_BLOCK_SIZE and not conf['block_size_override']:
+        raise VllmConfigError('%sblock_size is %d, expected %d: the DeepSeek-V4 main KV store runs at %d (seed 000 #1/#2: block 64 '
+                              'makes the compressed-MLA storage block 64 // 128 = 0, a ZeroDivisionError; the sliding-window cache '
+                              'keeps its own 64); set %sblock_size_override: true to try another'
+                              % (p, conf['block_size'], REQUIRED_BLOCK_SIZE, REQUIRED_BLOCK_SIZE, p))
     _range(p + 'max_model_len', conf['max_model_len'], 1, MAX_MODEL_LEN_CEILING, ' (the model\'s 1M-token maximum)')
     _range(p + 'max_num_seqs', conf['max_num_seqs'], 1)
     _range(p + 'max_num_batched_tokens', conf['max_num_batched_tokens'], 1)
@@ -311,7 +334,7 @@ def resolve_knobs(knobs: Optional[Mapping[str, Any]], runtime_kind: str = 'conta
     if not 0 < util <= GPU_MEMORY_UTILIZATION_CEILING:
         raise VllmConfigError('%sgpu_memory_utilization is %r, expected more than 0 and at most %s (a Spark thrashes above '
                               '~0.87 of its unified memory; the recipe uses 0.835)' % (p, util, GPU_MEMORY_UTILIZATION_CEILING))
-    min_mtp = MIN_MTP_0731 if _is_0731(conf['model']) else 1
+    min_mtp = MIN_MTP_0731 if is_0731(conf['model'], conf['revision']) else 1
     if conf['mtp_num_tokens'] < min_mtp:
         if min_mtp == MIN_MTP_0731:
             raise VllmConfigError('%smtp_num_tokens is %d, expected at least %d for the 0731 checkpoint %s (its dspark_block_size '
@@ -364,6 +387,29 @@ def resolve_knobs(knobs: Optional[Mapping[str, Any]], runtime_kind: str = 'conta
         if any(c in _text(value) for c in '\r\n\0'):
             raise VllmConfigError('%s contains a line break or NUL, expected a one-line value' % where)
     return conf
+
+
+_LOOPBACK = ('localhost', '::1', 'ip6-localhost')
+
+
+def _loopback(host: str) -> bool:
+    return host in _LOOPBACK or bool(re.match(r'^127\.[0-9]+\.[0-9]+\.[0-9]+$', host))
+
+
+def api_problems(knobs: Optional[Mapping[str, Any]]) -> List[str]:
+    """The API binds beyond loopback without a key: one message naming both ways out; empty when safe.
+
+    >>> api_problems({'runtime_vllm_host': '127.0.0.1'}), api_problems({'runtime_vllm_api_key': 'k' * 20})
+    ([], [])
+    """
+    conf = resolve_knobs(knobs)
+    secret = (knobs or {}).get(KNOB_PREFIX + 'api_key') if isinstance(knobs, Mapping) else None
+    if _loopback(conf['host']) or (isinstance(secret, str) and secret.strip()) or conf['open_api_ok']:
+        return []
+    return ['%shost is %s (not loopback) and %sapi_key is empty: anyone who reaches port %d can use the API; set %sapi_key '
+            '(vault it) or, to serve it open on purpose, %sopen_api_ok: true (vLLM\'s key covers the /v1 routes only: '
+            '/health, /metrics, /tokenize, /detokenize, /version ... stay open either way)'
+            % (KNOB_PREFIX, conf['host'], KNOB_PREFIX, conf['port'], KNOB_PREFIX, KNOB_PREFIX)]
 
 
 def speculative_config(mtp_num_tokens: int, draft_sample_method: str = 'probabilistic') -> str:

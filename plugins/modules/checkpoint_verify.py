@@ -207,6 +207,13 @@ def main():
     params = module.params
     repo_dir = os.path.join(params["cache_dir"], hf_cache.repo_folder(params["repo_id"]))
     ref_written = False
+    links = hf_cache.link_problems(repo_dir)
+    if links:
+        module.fail_json(msg="%s: refused, nothing written or removed: %s (the checkpoint user owns this tree; a link "
+                         "here would point root's steps elsewhere). Remove the links as that user, then re-run"
+                         % (repo_dir, "; ".join("%s is %s" % (os.path.join(repo_dir, rel) if rel else repo_dir, why)
+                                                for rel, why in links)),
+                         links=[os.path.join(repo_dir, rel) for rel, _why in links])
     snapshot = os.path.join(repo_dir, "snapshots", params["revision"])
     if params["write_ref"] and hf_cache.is_commit(params["revision"]) and os.path.isdir(snapshot):
         if hf_cache.read_ref(repo_dir, params["ref_name"]) != params["revision"].encode():
@@ -219,7 +226,10 @@ def main():
                     except KeyError:
                         module.fail_json(msg="owner %s does not exist" % params["owner"])
                     uid, gid = entry.pw_uid, entry.pw_gid
-                hf_cache.write_ref(repo_dir, params["revision"], params["ref_name"], uid, gid)
+                try:
+                    hf_cache.write_ref(repo_dir, params["revision"], params["ref_name"], uid, gid)
+                except hf_cache.LinkRefused as error:
+                    module.fail_json(msg=str(error))
     started = time.time()
     try:
         report = hf_cache.verify_cache(

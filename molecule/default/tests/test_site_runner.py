@@ -5,8 +5,11 @@
   from the event stream, naming the offenders): the first is the re-run after
   the reboot, the second the plain idempotence of a re-run.
 - Bad inventory input: one case per row, each must fail in the preflight play,
-  before anything changes, with a message that names the variable; afterwards
-  nothing on the nodes is newer than a stamp taken before the bad runs. The
+  before anything changes, with a message that names the variable and never
+  a secret's value; afterwards the nodes read back as a snapshot taken before
+  the bad runs (files, directories, links with owner, mode, size and mtime;
+  checksums of /etc/dgxspark and the units; owner and mode of /, of the cache
+  and its parents; when the units last started). The
   rows run four at a time (each is its own ansible-runner process on its own
   copy of the inventory).
 
@@ -17,13 +20,13 @@ controller, while molecule's verify step has the sim up.
 import concurrent.futures
 import copy
 import os
+import shlex
 
 import pytest
 import siterun
 import yaml
 
 NODE_PATHS = "/etc /usr/local /var/lib/dgxspark /opt"
-STAMP = "/var/tmp/dgxspark-bad-input.stamp"
 
 
 def test_site_twice_after_the_reboot_changes_nothing(tmp_path):
@@ -83,6 +86,22 @@ def _set(path, key, value):
         group_vars[key] = value
     edit.__name__ = "set_%s" % key
     return edit
+
+
+def _sets(**values):
+    def edit(inv, group_vars):
+        group_vars.update(values)
+    return edit
+
+
+def _extra(key, value):
+    """An extra var (-e) instead of an inventory value."""
+    def edit(inv, group_vars):
+        group_vars.setdefault(EXTRA, {})[key] = value
+    return edit
+
+
+EXTRA = "__extravars"
 
 
 def _host_set(which, key, value):
@@ -160,7 +179,63 @@ BAD_INVENTORY = [
      ["preflight_stop_leftovers", "boolean"]),
     ("fabric-ssh-closed-port", _set("all", "preflight_fabric_ssh_port", 2222),
      ["cannot reach ssh on the fabric address of spark-worker", "preflight_fabric_ssh_port"]),
+    # issue 13: path knobs absolute, normalised, not / nor a top-level system directory
+    ("cache-dir-root", _set("all", "checkpoint_cache_dir", "/"), ["checkpoint_cache_dir is '/': the root directory"]),
+    ("cache-dir-etc", _set("all", "checkpoint_cache_dir", "/etc"), ["checkpoint_cache_dir is '/etc'", "top-level system directory"]),
+    ("cache-dir-home", _set("all", "checkpoint_cache_dir", "/home"), ["checkpoint_cache_dir is '/home'", "top-level system directory"]),
+    ("cache-dir-relative", _set("all", "checkpoint_cache_dir", "var/hub"), ["checkpoint_cache_dir is 'var/hub': not absolute"]),
+    ("cache-dir-dotdot", _set("all", "checkpoint_cache_dir", "/srv/../etc/hub"), ["checkpoint_cache_dir", "not normalised"]),
+    ("cache-dir-trailing-slash", _set("all", "checkpoint_cache_dir", "/srv/hub/"), ["checkpoint_cache_dir", "not normalised"]),
+    ("checkpoint-home-lib64", _set("all", "checkpoint_home", "/lib64"), ["checkpoint_home is '/lib64'", "top-level system directory"]),
+    ("runtime-home-doubled-slash", _set("all", "runtime_home", "/var//lib/vllm"), ["runtime_home", "not normalised"]),
+    ("venv-dir-newline", _set("all", "runtime_venv_dir", "/opt/x\nExecStartPre=/bin/sh"),
+     ["runtime_venv_dir", "characters outside the safe set"]),
+    ("env-file-space", _set("all", "runtime_env_file", "/etc/dgxspark/my env"), ["runtime_env_file", "characters outside the safe set"]),
+    # names, netdevs and the served model name that reach scripts, units and configs
+    ("served-name-quote", _set("all", "runtime_vllm_served_model_name", "flash'0731"),
+     ["runtime_vllm_served_model_name", "characters outside"]),
+    ("served-name-newline", _set("all", "runtime_vllm_served_model_name", "flash\nVLLM_API_KEY=x"),
+     ["runtime_vllm_served_model_name", "line break"]),
+    ("checkpoint-user-semicolon", _set("all", "checkpoint_user", "ckpt;id"), ["checkpoint_user", "characters outside"]),
+    ("unit-name-without-suffix", _set("all", "service_unit_name", "dgxspark-vllm"), ["service_unit_name", "a systemd unit name"]),
+    ("netdev-newline", _host_set("worker", "dgxspark_fabric_rails", [{"netdev": "enp1s0f1np1\nx", "ipv4": "192.168.110.2"}]),
+     ["dgxspark_fabric_rails[0].netdev", "expected a netdev name"]),
+    ("repo-id-space", _set("all", "checkpoint_repo_id", "deepseek-ai/DeepSeek V4"), ["checkpoint_repo_id", "a hub repo id"]),
+    ("api-key-quote-newline", _set("all", "runtime_vllm_api_key", "k'ey\nX=1"), ["runtime_vllm_api_key is ****", "safe set"]),
+    # a misspelt variable, in the inventory or as an extra var
+    ("typo-max-num-seq", _set("all", "runtime_vllm_max_num_seq", 8),
+     ["runtime_vllm_max_num_seq is set", "did you mean runtime_vllm_max_num_seqs?"]),
+    ("typo-extra-var-nic-rebot-ok", _extra("nic_rebot_ok", True), ["nic_rebot_ok is set", "did you mean nic_reboot_ok?"]),
+    ("typo-fabric-prefx", _set("all", "dgxspark_fabric_prefx", 24), ["dgxspark_fabric_prefx", "did you mean dgxspark_fabric_prefix?"]),
+    ("typo-checkpoint-sync-stream", _extra("checkpoint_sync_stream", 4), ["did you mean checkpoint_sync_streams?"]),
+    # values the seeds rule out
+    ("block-size-64", _set("all", "runtime_vllm_block_size", 64),
+     ["runtime_vllm_block_size is 64, expected 256", "ZeroDivisionError", "runtime_vllm_block_size_override"]),
+    ("mtp-3-renamed-model-on-the-pinned-commit", _sets(runtime_vllm_mtp_num_tokens=3, runtime_vllm_model="mirror/flash"),
+     ["runtime_vllm_mtp_num_tokens is 3, expected at least 5 for the 0731 checkpoint"]),
+    ("mtp-3-local-dir", _sets(runtime_vllm_mtp_num_tokens=3, runtime_vllm_model="/srv/models/flash", runtime_vllm_revision=""),
+     ["runtime_vllm_mtp_num_tokens is 3, expected at least 5 for the 0731 checkpoint"]),
+    # every count and size has its range
+    ("sync-streams-0", _set("all", "checkpoint_sync_streams", 0), ["checkpoint_sync_streams is 0, expected between 1 and 64"]),
+    ("api-port-0", _set("all", "runtime_vllm_port", 0), ["runtime_vllm_port is 0, expected between 1 and 65535"]),
+    ("start-limit-burst-0", _set("all", "service_start_limit_burst", 0), ["service_start_limit_burst is 0, expected at least 1"]),
+    ("download-poll-0", _set("all", "checkpoint_download_poll", 0), ["checkpoint_download_poll is 0, expected between 1 and 3600"]),
+    ("max-model-len-2m", _extra("runtime_vllm_max_model_len", 2097152),
+     ["runtime_vllm_max_model_len is 2097152, expected between 1 and 1048576"]),
+    # a secret's value never in a message
+    ("api-key-a-number", _set("all", "runtime_vllm_api_key", 918273645), ["runtime_vllm_api_key is **** (integer)"]),
+    ("hf-token-a-list", _set("all", "checkpoint_hf_token", ["hf_s3cr3tT0kenValue"]), ["checkpoint_hf_token is **** (list)"]),
+    # the API beyond loopback without a key
+    ("api-open-without-key", _set("all", "runtime_vllm_api_key", ""),
+     ["runtime_vllm_host is 0.0.0.0 (not loopback)", "runtime_vllm_api_key is empty", "runtime_vllm_open_api_ok: true"]),
+    # issue 19: the platform
+    ("wrong-architecture", _set("all", "preflight_allowed_architectures", ["aarch64"]),
+     ["architecture is", "expected one of aarch64 (preflight_allowed_architectures)"]),
+    ("wrong-distribution", _set("all", "preflight_allowed_distributions", [{"distribution": "Ubuntu", "version": "24.04"}]),
+     ["runs Debian", "expected one of Ubuntu 24.04 (preflight_allowed_distributions)"]),
 ]
+# values that must never appear in any message or event of the runs
+SECRETS = ["k'ey", "918273645", "hf_s3cr3tT0kenValue", "sim-quickstart-7c41e9a2d05b"]
 
 
 def _run_case(tmp_root, case):
@@ -172,20 +247,39 @@ def _run_case(tmp_root, case):
         inv = yaml.safe_load(handle)
     group_vars = {}
     edit(inv, group_vars)
+    extravars = group_vars.pop(EXTRA, None)
     with open(hosts_file, "w", encoding="utf-8") as handle:
         yaml.safe_dump(inv, handle)
     if group_vars:
         with open(os.path.join(inventory, "group_vars", "spark", "zz-case.yml"), "w", encoding="utf-8") as handle:
             yaml.safe_dump(group_vars, handle)
-    return siterun.run_site(tmp_path, inventory)
+    return siterun.run_site(tmp_path, inventory, extravars=extravars)
+
+
+# What "nothing changed" means on a node: every file, directory and link under these trees (type, owner, mode,
+# size and mtime for files), the checksums of /etc/dgxspark and the units, the owner and mode of / and of the
+# cache and its parents, and when the units last started.
+SNAPSHOT = " ; ".join([
+    "find %s -xdev \\( -path /etc/ssh -prune \\) -o \\( -type f -printf '%%p f %%u:%%g %%m %%s %%T@\\n' \\)"
+    " -o -printf '%%p %%y %%u:%%g %%m\\n' 2>/dev/null | sort" % NODE_PATHS,
+    "find /etc/dgxspark /etc/systemd/system -xdev -type f -name '*' -exec sha256sum {} + 2>/dev/null | sort -k2",
+    "stat -c '%n %U:%G %a %F' / /var /var/lib /var/lib/dgxspark /var/lib/dgxspark/huggingface"
+    " /var/lib/dgxspark/huggingface/hub /var/lib/dgxspark/checkpoint /opt /opt/dgxspark",
+    "systemctl show -p Id -p ActiveEnterTimestamp -p NRestarts dgxspark-vllm.service dgxspark-clock-cap.service",
+])
+SNAPSHOT_FILE = "/var/tmp/dgxspark-bad-input.%s"
+
+
+def _snapshot(host, which):
+    proc = siterun.ssh(host, "sudo sh -c %s" % shlex.quote("(%s) > %s" % (SNAPSHOT, SNAPSHOT_FILE % which)))
+    assert proc.returncode == 0, proc.stderr
 
 
 @pytest.fixture(scope="module")
 def bad_runs(tmp_path_factory):
-    """Stamp every node, then run site.yml once per row, four at a time."""
+    """Snapshot every node, then run site.yml once per row, four at a time."""
     for host in siterun.HOSTS:
-        proc = siterun.ssh(host, "sudo touch %s && sleep 1" % STAMP)
-        assert proc.returncode == 0, proc.stderr
+        _snapshot(host, "before")
     root = tmp_path_factory.mktemp("bad-inventory")
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
         futures = {case[0]: pool.submit(_run_case, root, case) for case in BAD_INVENTORY}
@@ -205,11 +299,21 @@ def test_bad_inventory_fails_in_preflight_and_names_the_variable(bad_runs, case)
     failed_plays = {ev["event_data"].get("play") for ev in runner.events
                     if ev.get("event") in ("runner_on_failed", "runner_on_unreachable")}
     assert failed_plays and all(p.startswith("Preflight") for p in failed_plays), failed_plays
+    shown = messages + " ".join(str(ev.get("stdout", "")) for ev in runner.events)
+    for secret in SECRETS:
+        assert secret not in shown, "a secret's value is in the output of %s" % name
+
+
+def test_the_rows_cover_every_class_of_bad_input():
+    assert len(BAD_INVENTORY) >= 45, len(BAD_INVENTORY)
+    assert len(set(c[0] for c in BAD_INVENTORY)) == len(BAD_INVENTORY)
 
 
 def test_bad_inventory_changed_nothing_on_the_nodes(bad_runs):
     for host in siterun.HOSTS:
-        proc = siterun.ssh(host, "sudo test -f %s && sudo find %s -xdev -newer %s -type f 2>/dev/null"
-                           " | grep -v '^/etc/ssh/' | head -20" % (STAMP, NODE_PATHS, STAMP))
+        _snapshot(host, "after")
+        proc = siterun.ssh(host, "sudo diff %s %s | head -40" % (SNAPSHOT_FILE % "before", SNAPSHOT_FILE % "after"))
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.strip() == "", "%s changed: %s" % (host, proc.stdout)
+        proc = siterun.ssh(host, "sudo wc -l < %s" % (SNAPSHOT_FILE % "after"))
+        assert int(proc.stdout.strip() or 0) > 100, "the snapshot of %s is too small to mean anything" % host

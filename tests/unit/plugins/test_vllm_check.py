@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import socket
+import os
 import subprocess
 import sys
 import threading
@@ -77,13 +78,13 @@ def api():
     server.server_close()
 
 
-def _check(url, tmp_path, key=KEY, extra=(), timeout='5', completion_timeout='5'):
+def _check(url, tmp_path, key=KEY, extra=(), timeout='5', completion_timeout='5', env=None):
     secret = tmp_path / 'vllm-secret.env'
     secret.write_text('# managed\nVLLM_API_KEY=%s\n' % key if key else '# no key\n')
     argv = [sys.executable, str(SCRIPT), '--url', url, '--served-model-name', 'deepseek-v4-flash-0731',
             '--max-model-len', '1048576', '--secret-env-file', str(secret), '--timeout', timeout,
             '--completion-timeout', completion_timeout]
-    return subprocess.run(argv + list(extra), capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(argv + list(extra), capture_output=True, text=True, timeout=60, check=False, env=env)
 
 
 def test_serving(api, tmp_path):
@@ -187,3 +188,32 @@ def test_the_standins_hung_engine_fails_the_check(tmp_path):
     finally:
         head.stop()
         worker.stop()
+
+
+def test_a_proxy_in_the_environment_never_sees_the_key(api, tmp_path):
+    """http_proxy set on the node: urllib would send the head's own request (and its bearer key) to it."""
+    seen = []
+
+    class Proxy(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            seen.append((self.path, self.headers.get('Authorization')))
+            self.send_response(502)
+            self.end_headers()
+
+        do_POST = do_GET
+
+    proxy = ThreadingHTTPServer(('127.0.0.1', 0), Proxy)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        url = 'http://127.0.0.1:%d' % proxy.server_address[1]
+        env = {k: v for k, v in os.environ.items() if k.lower() not in ('no_proxy', 'http_proxy', 'https_proxy', 'all_proxy')}
+        env.update(http_proxy=url, HTTP_PROXY=url, all_proxy=url)
+        run = _check(api['url'], tmp_path, env=env)
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+    assert seen == []
+    assert run.returncode == 0, run.stdout + run.stderr

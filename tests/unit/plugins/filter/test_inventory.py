@@ -9,7 +9,7 @@ __metaclass__ = type
 import pytest
 
 from ansible_collections.dgxspark.cluster.plugins.filter.inventory import FilterModule
-from ansible_collections.dgxspark.cluster.plugins.module_utils.inventory import inventory_problems, spec_problems
+from ansible_collections.dgxspark.cluster.plugins.module_utils.inventory import inventory_problems, spec_problems, unknown_variables
 
 HEAD = {"dgxspark_fabric_rails": [{"netdev": "enp1s0f1np1", "ipv4": "192.168.100.1"}]}
 WORKER = {"dgxspark_fabric_rails": [{"netdev": "enp1s0f1np1", "ipv4": "192.168.100.2"}]}
@@ -113,3 +113,137 @@ def test_spec_problems_accept_good_values_and_ignore_unknown_names():
     good = {"nic_reboot_ok": False, "nic_mtu": 9000, "nic_bandwidth_healthy_gbps": 80, "nic_roce_version": "v2",
             "nic_packages": [], "nic_nccl_static_env": {"NCCL_NET": "IB"}, "nic_reboot_required": "whatever"}
     assert spec_problems("h", "nic", NIC_SPEC, good) == []
+
+
+# --- issue 13: paths, characters, ranges, secrets, unknown variables -------------------------------------------
+
+import glob  # noqa: E402
+import os  # noqa: E402
+
+import yaml  # noqa: E402
+
+from ansible_collections.dgxspark.cluster.plugins.module_utils.inventory import path_problem  # noqa: E402
+
+ROLES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles")
+
+
+def _spec(role):
+    with open(os.path.join(ROLES, role, "meta", "argument_specs.yml"), encoding="utf-8") as handle:
+        return yaml.safe_load(handle)["argument_specs"]["main"]["options"]
+
+
+def _declared():
+    names = []
+    for path in glob.glob(os.path.join(ROLES, "*", "meta", "argument_specs.yml")):
+        with open(path, encoding="utf-8") as handle:
+            names += list(yaml.safe_load(handle)["argument_specs"]["main"]["options"])
+    return names
+
+
+@pytest.mark.parametrize("value,phrase", [
+    ("/", "the root directory"),
+    ("/etc", "a top-level system directory"),
+    ("/usr", "a top-level system directory"),
+    ("/lib64", "a top-level system directory"),
+    ("/home", "a top-level system directory"),
+    ("/tmp", "a top-level system directory"),
+    ("var/lib/hub", "not absolute"),
+    ("/srv/../etc", "not normalised"),
+    ("/srv//hub", "not normalised"),
+    ("/srv/hub/", "not normalised"),
+    ("/srv/./hub", "not normalised"),
+    ("/srv/hub\nfake = yes", "characters outside the safe set"),
+    ("/srv/my hub", "characters outside the safe set"),
+    ("/srv/'hub", "characters outside the safe set"),
+    ("", "empty"),
+])
+def test_path_problem_names_what_is_wrong(value, phrase):
+    assert phrase in path_problem(value)
+
+
+@pytest.mark.parametrize("value", ["/srv/hub", "/var/lib/dgxspark/huggingface/hub", "/home/nvidia/.cache/huggingface/hub",
+                                   "/etc/dgxspark/vllm.env", "/run/dgxspark/nccl.env", "/library"])
+def test_path_problem_accepts_good_paths(value):
+    assert path_problem(value) is None
+
+
+def test_the_cache_dir_root_is_refused_naming_the_variable():
+    problems = spec_problems("h", "checkpoint", _spec("checkpoint"), {"checkpoint_cache_dir": "/"})
+    assert len(problems) == 1 and problems[0].startswith("h: checkpoint_cache_dir is '/': the root directory; expected")
+
+
+@pytest.mark.parametrize("role,name,value,words", [
+    ("checkpoint", "checkpoint_sync_streams", 0, "checkpoint_sync_streams is 0, expected between 1 and 64"),
+    ("checkpoint", "checkpoint_daemon_port", 70000, "checkpoint_daemon_port is 70000, expected between 1 and 65535"),
+    ("service", "service_start_limit_burst", 0, "service_start_limit_burst is 0, expected at least 1"),
+    ("runtime", "runtime_vllm_max_model_len", 2000000, "runtime_vllm_max_model_len is 2000000, expected between 1 and 1048576"),
+    ("nic", "nic_mtu", 100000, "nic_mtu is 100000, expected between 1280 and 9216"),
+    ("preflight", "preflight_fabric_ssh_port", 0, "preflight_fabric_ssh_port is 0, expected between 1 and 65535"),
+])
+def test_counts_and_sizes_have_their_range(role, name, value, words):
+    problems = spec_problems("h", role, _spec(role), {name: value})
+    assert len(problems) == 1 and words in problems[0], problems
+
+
+def test_every_count_and_size_in_the_specs_has_a_range():
+    missing = []
+    for path in glob.glob(os.path.join(ROLES, "*", "meta", "argument_specs.yml")):
+        with open(path, encoding="utf-8") as handle:
+            options = yaml.safe_load(handle)["argument_specs"]["main"]["options"]
+        for name, spec in options.items():
+            desc = spec.get("description")
+            desc = [desc] if isinstance(desc, str) else desc or []
+            if spec.get("type") in ("int", "float") and not any(str(d).startswith("Range: ") for d in desc):
+                missing.append(name)
+    assert missing == []
+
+
+@pytest.mark.parametrize("role,name,value,words", [
+    ("runtime", "runtime_vllm_served_model_name", "x\nVLLM_API_KEY=", "line break"),
+    ("runtime", "runtime_vllm_served_model_name", "a'b", "characters outside"),
+    ("checkpoint", "checkpoint_user", "ckpt;rm", "characters outside"),
+    ("service", "service_unit_name", "dgxspark-vllm", "a systemd unit name"),
+    ("runtime", "runtime_compose_project", "My Project", "characters outside"),
+    ("runtime", "runtime_vllm_model", "../etc/passwd", "a hub repo id"),
+    ("checkpoint", "checkpoint_repo_id", "deepseek-ai/x y", "a hub repo id"),
+    ("clock_cap", "clock_cap_before_units", ["ok.service", "bad\nunit.service"], "line break"),
+])
+def test_values_that_reach_scripts_and_units_have_a_safe_character_set(role, name, value, words):
+    problems = spec_problems("h", role, _spec(role), {name: value})
+    assert len(problems) == 1 and name in problems[0] and words in problems[0], problems
+
+
+def test_a_netdev_with_a_newline_is_refused():
+    problems = check(hostvars={"h": HEAD, "w": {"dgxspark_fabric_rails": [{"netdev": "enp1\nx", "ipv4": "192.168.100.2"}]}})
+    assert problems == ["w: dgxspark_fabric_rails[0].netdev is 'enp1\\nx', expected a netdev name (at most 15 letters, digits, _ . -)"]
+
+
+@pytest.mark.parametrize("name,value", [
+    ("runtime_vllm_api_key", 12345678),
+    ("runtime_vllm_api_key", "sec'ret\nX=1"),
+    ("checkpoint_hf_token", ["hf_secret_token_value"]),
+])
+def test_a_secret_never_shows_in_a_message(name, value):
+    role = name.split("_")[0]
+    problems = spec_problems("h", role, _spec(role), {name: value})
+    assert len(problems) == 1 and name in problems[0] and "****" in problems[0], problems
+    assert "12345678" not in problems[0] and "sec'ret" not in problems[0] and "hf_secret" not in problems[0]
+
+
+@pytest.mark.parametrize("typo,meant", [
+    ("runtime_vllm_max_num_seq", "runtime_vllm_max_num_seqs"),
+    ("nic_rebot_ok", "nic_reboot_ok"),
+    ("checkpoint_sync_stream", "checkpoint_sync_streams"),
+    ("dgxspark_fabric_rail", "dgxspark_fabric_rails"),
+])
+def test_a_misspelt_variable_names_the_closest_declared_one(typo, meant):
+    problems = unknown_variables("h", [typo, "ansible_host", "spark_sim_name"], _declared())
+    assert problems == ["h: %s is set (inventory or -e) but no role declares it: did you mean %s?" % (typo, meant)]
+
+
+def test_declared_and_foreign_variables_pass():
+    assert unknown_variables("h", _declared() + ["ansible_host", "spark_sim_name", "niche"], _declared()) == []
+
+
+def test_unknown_variables_is_a_filter():
+    assert FilterModule().filters()["unknown_variables"] is unknown_variables

@@ -159,7 +159,7 @@ def test_the_speculative_config_is_seed_004s_json():
 def test_capture_size_is_seqs_times_mtp_plus_one(seqs, mtp, size):
     assert cudagraph_capture_size(seqs, mtp) == size
     argv = head({'runtime_vllm_max_num_seqs': seqs, 'runtime_vllm_mtp_num_tokens': mtp,
-                 'runtime_vllm_model': 'deepseek-ai/DeepSeek-V4-Flash-DSpark'})
+                 'runtime_vllm_model': 'deepseek-ai/DeepSeek-V4-Flash-DSpark', 'runtime_vllm_revision': ''})
     assert flag(argv, '--max-cudagraph-capture-size') == str(size)
     assert json.loads(flag(argv, '--speculative-config'))['num_speculative_tokens'] == mtp
 
@@ -288,7 +288,8 @@ BAD_KNOBS = [
      'runtime_vllm_mtp_num_tokens is 4, expected at least 5 for the 0731 checkpoint deepseek-ai/DeepSeek-V4-Flash-0731'),
     ('mtp-3-on-0731-local-dir', {'runtime_vllm_mtp_num_tokens': 3, 'runtime_vllm_model': '/models/DeepSeek-V4-Flash-0731'},
      'runtime_vllm_mtp_num_tokens is 3, expected at least 5 for the 0731 checkpoint'),
-    ('mtp-0-other-model', {'runtime_vllm_mtp_num_tokens': 0, 'runtime_vllm_model': 'deepseek-ai/DeepSeek-V4-Flash-DSpark'},
+    ('mtp-0-other-model', {'runtime_vllm_mtp_num_tokens': 0, 'runtime_vllm_model': 'deepseek-ai/DeepSeek-V4-Flash-DSpark',
+                           'runtime_vllm_revision': ''},
      'runtime_vllm_mtp_num_tokens is 0, expected at least 1'),
     ('mtp-a-string', {'runtime_vllm_mtp_num_tokens': '5'}, "runtime_vllm_mtp_num_tokens is '5' (str), expected an integer"),
     # utilization in (0, 0.87]
@@ -319,6 +320,18 @@ BAD_KNOBS = [
     ('long-prefill-negative', {'runtime_vllm_long_prefill_token_threshold': -1},
      'runtime_vllm_long_prefill_token_threshold is -1, expected at least 0'),
     ('block-0', {'runtime_vllm_block_size': 0}, 'runtime_vllm_block_size is 0, expected at least 1'),
+    # seed 000 #1/#2: the main KV store stays at 256
+    ('block-64', {'runtime_vllm_block_size': 64}, 'runtime_vllm_block_size is 64, expected 256: the DeepSeek-V4 main KV store'),
+    ('block-128', {'runtime_vllm_block_size': 128}, 'set runtime_vllm_block_size_override: true'),
+    # the 0731 checkpoint by repo id and revision, not by a substring of a path
+    ('mtp-3-on-the-pinned-commit', {'runtime_vllm_mtp_num_tokens': 3, 'runtime_vllm_model': 'mirror/renamed-checkpoint'},
+     'runtime_vllm_mtp_num_tokens is 3, expected at least 5 for the 0731 checkpoint'),
+    ('mtp-3-on-the-repo-id-any-case', {'runtime_vllm_mtp_num_tokens': 3, 'runtime_vllm_model': 'DeepSeek-AI/deepseek-v4-flash-0731',
+                                       'runtime_vllm_revision': ''},
+     'runtime_vllm_mtp_num_tokens is 3, expected at least 5 for the 0731 checkpoint'),
+    ('mtp-3-local-dir-without-0731-in-its-name', {'runtime_vllm_mtp_num_tokens': 3, 'runtime_vllm_model': '/srv/models/flash',
+                                                  'runtime_vllm_revision': ''},
+     'runtime_vllm_mtp_num_tokens is 3, expected at least 5 for the 0731 checkpoint'),
     ('draft-method', {'runtime_vllm_draft_sample_method': 'typical'},
      "runtime_vllm_draft_sample_method is 'typical', expected one of probabilistic, greedy"),
     ('thinking', {'runtime_vllm_default_thinking': 'medium'},
@@ -474,7 +487,7 @@ def test_per_host_keys_match_the_nic_resolver():
 # ---------------------------------------------------------------------------- the filters
 
 def test_filters_are_registered():
-    assert set(FILTERS) == {'vllm_serve_argv', 'vllm_serve_warnings', 'vllm_serve_env', 'vllm_topology'}
+    assert set(FILTERS) == {'vllm_serve_argv', 'vllm_serve_warnings', 'vllm_serve_env', 'vllm_topology', 'vllm_api_problems'}
 
 
 def test_filters_raise_ansible_filter_errors():
@@ -546,3 +559,31 @@ def test_through_ansible_templating(tmp_path):
     assert head_out['argv'] == shlex.split(SEED_HEAD) and worker_out['argv'] == shlex.split(SEED_WORKER)
     assert head_out['warnings'] == [] and head_out['env'] == serve_env({})
     assert SECRET not in (tmp_path / 'spark-head.json').read_text()
+
+
+def test_another_block_size_only_with_the_override():
+    argv = head({'runtime_vllm_block_size': 64, 'runtime_vllm_block_size_override': True})
+    assert flag(argv, '--block-size') == '64'
+
+
+def test_an_other_repo_with_0731_in_its_name_is_not_the_0731_checkpoint():
+    argv = head({'runtime_vllm_mtp_num_tokens': 3, 'runtime_vllm_model': 'someone/Qwen-0731-tiny', 'runtime_vllm_revision': ''})
+    assert json.loads(flag(argv, '--speculative-config'))['num_speculative_tokens'] == 3
+
+
+@pytest.mark.parametrize('knobs', [
+    {'runtime_vllm_host': '127.0.0.1'}, {'runtime_vllm_host': '127.0.0.2'}, {'runtime_vllm_host': '::1'},
+    {'runtime_vllm_host': 'localhost'}, {'runtime_vllm_api_key': 'sk-0123456789abcdef'},
+    {'runtime_vllm_host': '192.168.100.1', 'runtime_vllm_open_api_ok': True},
+])
+def test_the_api_is_safe_on_loopback_with_a_key_or_open_on_purpose(knobs):
+    assert FILTERS['vllm_api_problems'](knobs) == []
+
+
+@pytest.mark.parametrize('knobs', [{}, {'runtime_vllm_host': '192.168.100.1'}, {'runtime_vllm_api_key': '  '}])
+def test_an_open_api_beyond_loopback_names_the_key_and_the_opt_out(knobs):
+    problems = FILTERS['vllm_api_problems'](knobs)
+    assert len(problems) == 1
+    for word in ('runtime_vllm_host is', 'not loopback', 'runtime_vllm_api_key is empty', 'runtime_vllm_open_api_ok: true',
+                 '/metrics', '/tokenize'):
+        assert word in problems[0], problems

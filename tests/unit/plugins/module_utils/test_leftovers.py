@@ -237,3 +237,24 @@ def test_a_listener_behind_unreadable_fds():
     # no opaque process of that uid at all: somebody this probe cannot see
     found = lo.classify([other_user], listeners, lo.DEFAULT_PATTERNS, unit=OUR_UNIT, listener_uids=uids)
     assert [(f["pid"], f["candidates"]) for f in found] == [(0, [])]
+
+
+def test_a_leftovers_secret_never_shows_in_the_report():
+    argv = ["/opt/old/bin/vllm", "serve", "m", "--api-key", "sk-live-0123456789", "--hf-token=hf_abcdefghijkl", "--port", "8888"]
+    found = lo.classify([_proc(200, argv, "/user.slice/user-1000.slice/session-3.scope", [1])],
+                        {1: 8888}, lo.DEFAULT_PATTERNS, unit=OUR_UNIT)
+    text = lo.describe(found[0])
+    assert "--api-key ****" in found[0]["cmdline"] and "--hf-token=****" in found[0]["cmdline"]
+    assert "sk-live" not in text and "hf_abc" not in text and "sk-live" not in found[0]["cmdline"]
+    assert found[0]["matched"]  # still recognised as vLLM
+
+
+@pytest.mark.parametrize("argv,shown", [
+    (["vllm", "serve", "--api-key", "a", "b"], ["vllm", "serve", "--api-key", "****", "b"]),
+    (["env", "VLLM_API_KEY=secret", "vllm"], ["env", "VLLM_API_KEY=****", "vllm"]),
+    (["ray", "start", "--token", "t0k"], ["ray", "start", "--token", "****"]),
+    (["python3", "x.py", "hf_0123456789abcdef"], ["python3", "x.py", "****"]),
+    (["vllm", "serve", "--port", "8888"], ["vllm", "serve", "--port", "8888"]),
+])
+def test_mask_argv(argv, shown):
+    assert lo.mask_argv(argv) == shown

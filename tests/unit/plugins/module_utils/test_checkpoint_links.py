@@ -1,0 +1,225 @@
+# -*- coding: utf-8 -*-
+"""No root step follows a link in the tree the checkpoint user owns (issue 13).
+
+Each test builds a synthetic hub cache, gives it to an unprivileged user (as the role gives the cache to
+dgxspark-ckpt), plants a real symlink *as that user* (a forked child that dropped to its uid), and shows the
+root step refusing it, naming the path, with the link's target untouched. Run as a non-root user the links
+are planted by the test's own user, and the chown checks are skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import pwd
+import shutil
+import tempfile
+from unittest import mock
+
+import pytest
+import yaml
+
+from ansible.module_utils import basic
+from ansible.module_utils.testing import patch_module_args
+from ansible_collections.dgxspark.cluster.plugins.module_utils import hf_cache as hc
+from ansible_collections.dgxspark.cluster.plugins.modules import checkpoint_verify
+from modtest import ExitJson, FailJson, exit_json as _exit_json, fail_json as _fail_json
+from test_hf_cache import REPO, REV, make_cache
+
+ROOT = os.geteuid() == 0
+ROLE = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles", "checkpoint")
+
+
+def _less_trusted_uid():
+    try:
+        return pwd.getpwnam("nobody").pw_uid
+    except KeyError:  # pragma: no cover - every Debian/Ubuntu has nobody
+        return 65534
+
+
+def give_tree(path, uid):
+    for base, dirs, files in os.walk(path):
+        os.lchown(base, uid, uid)
+        for name in dirs + files:
+            os.lchown(os.path.join(base, name), uid, uid)
+
+
+def as_user(uid, func):
+    """Run ``func`` in a child that dropped to ``uid`` (when the test runs as root); its exit status must be 0."""
+    if not ROOT:
+        func()
+        return
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            func()
+            os._exit(0)
+        except BaseException:  # noqa: B902 - report any failure through the exit status
+            os._exit(1)
+    status = os.waitpid(pid, 0)[1]
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, "planting the link as uid %d failed" % uid
+
+
+@pytest.fixture
+def owned_cache():
+    """A complete cache owned by a less trusted user, and a root-owned victim directory beside it
+    (in a directory of its own that user can reach: pytest's tmp_path is 0700 root)."""
+    uid = _less_trusted_uid()
+    tmp_path = pathlib.Path(tempfile.mkdtemp(prefix="dgxspark-links-"))
+    os.chmod(tmp_path, 0o755)
+    cache, repo, manifest = make_cache(tmp_path)
+    if ROOT:
+        give_tree(str(tmp_path / "hub"), uid)
+    victim = tmp_path / "victim"
+    victim.mkdir(mode=0o700)
+    (victim / "precious").write_bytes(b"root's\n")
+    os.chmod(victim / "precious", 0o600)
+    yield {"uid": uid, "cache": cache, "repo": repo, "manifest": manifest, "victim": victim}
+    shutil.rmtree(tmp_path)
+
+
+def _untouched(victim):
+    st = os.lstat(victim)
+    assert (victim / "precious").read_bytes() == b"root's\n"
+    assert sorted(os.listdir(victim)) == ["precious"]
+    if ROOT:
+        assert (st.st_uid, st.st_mode & 0o7777) == (0, 0o700)
+        assert os.lstat(victim / "precious").st_uid == 0
+
+
+def test_write_ref_refuses_refs_turned_into_a_link(owned_cache):
+    repo, victim = owned_cache["repo"], owned_cache["victim"]
+
+    def plant():
+        for name in os.listdir(repo / "refs"):
+            os.unlink(repo / "refs" / name)
+        os.rmdir(repo / "refs")
+        os.symlink(str(victim), str(repo / "refs"))
+
+    as_user(owned_cache["uid"], plant)
+    with pytest.raises(hc.LinkRefused) as err:
+        hc.write_ref(str(repo), REV, uid=0, gid=0)
+    assert str(repo / "refs") in str(err.value) and "refused" in str(err.value)
+    _untouched(victim)
+    assert [rel for rel, _why in hc.link_problems(str(repo))] == ["refs"]
+
+
+def test_write_ref_refuses_a_ref_that_is_a_link(owned_cache):
+    repo, victim = owned_cache["repo"], owned_cache["victim"]
+
+    def plant():
+        os.unlink(repo / "refs" / "main")
+        os.symlink(str(victim / "precious"), str(repo / "refs" / "main"))
+
+    as_user(owned_cache["uid"], plant)
+    assert hc.read_ref(str(repo)) is None  # not followed
+    with pytest.raises(hc.LinkRefused) as err:
+        hc.write_ref(str(repo), REV, uid=0, gid=0)
+    assert str(repo / "refs" / "main") in str(err.value)
+    _untouched(victim)
+
+
+def test_write_ref_as_root_in_a_clean_tree_still_works(owned_cache):
+    repo = owned_cache["repo"]
+    (repo / "refs" / "main").write_bytes(REV.encode() + b"\n")
+    uid = owned_cache["uid"] if ROOT else -1
+    assert hc.write_ref(str(repo), REV, uid=uid, gid=uid) is True
+    assert (repo / "refs" / "main").read_bytes() == REV.encode()
+    if ROOT:
+        assert os.lstat(repo / "refs" / "main").st_uid == uid
+    assert not [n for n in os.listdir(repo / "refs") if n.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("where", ["blobs", "snapshots/%s/encoding" % REV, "blobs/extra-dir", "refs/main", "blobs/loose"])
+def test_link_problems_name_every_link_a_root_step_could_follow(owned_cache, where):
+    repo, victim = owned_cache["repo"], owned_cache["victim"]
+
+    def plant():
+        path = repo / where
+        if os.path.isdir(path) and not os.path.islink(path):
+            for base, dirs, files in os.walk(path, topdown=False):
+                for name in files + [d for d in dirs if os.path.islink(os.path.join(base, d))]:
+                    os.unlink(os.path.join(base, name))
+                for name in dirs:
+                    if os.path.isdir(os.path.join(base, name)):
+                        os.rmdir(os.path.join(base, name))
+            os.rmdir(path)
+        elif os.path.lexists(path):
+            os.unlink(path)
+        os.symlink(str(victim), str(path))
+
+    as_user(owned_cache["uid"], plant)
+    assert where in [rel for rel, _why in hc.link_problems(str(repo))]
+    _untouched(victim)
+
+
+def test_the_snapshot_links_are_fine(owned_cache):
+    assert hc.link_problems(str(owned_cache["repo"])) == []
+
+
+def _verify_module(args):
+    with patch_module_args(args), \
+            mock.patch.object(basic.AnsibleModule, "exit_json", _exit_json), \
+            mock.patch.object(basic.AnsibleModule, "fail_json", _fail_json):
+        with pytest.raises((ExitJson, FailJson)) as excinfo:
+            checkpoint_verify.main()
+    return excinfo.value.args[0]
+
+
+def test_the_verify_module_refuses_blobs_turned_into_a_link_before_any_root_step(owned_cache):
+    """What the head's transfer key could do with rsync --force: blobs/ replaced by a link on the worker."""
+    repo, victim = owned_cache["repo"], owned_cache["victim"]
+
+    def plant():
+        os.rename(repo / "blobs", repo / "blobs.old")
+        os.symlink(str(victim), str(repo / "blobs"))
+        os.unlink(repo / "refs" / "main")  # so that write_ref would have something to do
+
+    as_user(owned_cache["uid"], plant)
+    owner = pwd.getpwuid(owned_cache["uid"]).pw_name
+    result = _verify_module({"cache_dir": owned_cache["cache"], "repo_id": REPO, "revision": REV,
+                             "manifest": owned_cache["manifest"], "write_ref": True, "owner": owner})
+    assert result["failed"] and str(repo / "blobs") in result["msg"] and "refused" in result["msg"]
+    assert result["links"] == [str(repo / "blobs")]
+    assert not os.path.lexists(repo / "refs" / "main")
+    _untouched(victim)
+
+
+def _tasks(name):
+    with open(os.path.join(ROLE, "tasks", name), encoding="utf-8") as handle:
+        return yaml.safe_load(handle)
+
+
+def test_the_directory_tasks_never_follow_a_link():
+    for name, task in (("setup.yml", "Create the directories"), ("head.yml", "Create the manifest and HF_HOME directories")):
+        found = [t for t in _tasks(name) if t.get("name") == task]
+        assert found and found[0]["ansible.builtin.file"]["follow"] is False, (name, task)
+
+
+def test_the_stray_blob_removal_runs_as_the_checkpoint_user():
+    found = [t for t in _tasks("sync_round.yml") if "stray" in t.get("name", "")]
+    argv = found[0]["ansible.builtin.command"]["argv"]
+    assert argv[:4] == ["runuser", "-u", "{{ checkpoint_user }}", "--"] and argv[4] == "rm"
+
+
+def test_existing_parents_are_never_chowned():
+    with open(os.path.join(ROLE, "vars", "main.yml"), encoding="utf-8") as handle:
+        dirs = yaml.safe_load(handle)["__checkpoint_dirs"]
+    parents = [d["path"] for d in dirs if d.get("parent")]
+    assert parents == ["{{ checkpoint_home | dirname }}", "{{ checkpoint_cache_dir | dirname }}"]
+    task = [t for t in _tasks("setup.yml") if t.get("name") == "Create the directories"][0]
+    assert "item.parent" in task["when"]
+
+
+def test_the_runtime_leaves_existing_parents_alone_too():
+    runtime = os.path.join(ROLE, "..", "runtime")
+    with open(os.path.join(runtime, "vars", "main.yml"), encoding="utf-8") as handle:
+        dirs = yaml.safe_load(handle)["__runtime_dirs"]
+    assert all(d.get("parent") for d in dirs if "dirname" in d["path"])
+    assert not any(d.get("parent") for d in dirs if "dirname" not in d["path"])
+    with open(os.path.join(runtime, "tasks", "user.yml"), encoding="utf-8") as handle:
+        task = [t for t in yaml.safe_load(handle) if t.get("name") == "Create the directories"][0]
+    assert "item.parent" in task["when"] and task["ansible.builtin.file"]["follow"] is False

@@ -177,14 +177,19 @@ def window_rate(samples, window):
     return max(0.0, (last_d - first[1]) / float(last_t - first[0]))
 
 
-def trim(samples, window):
-    """Keep the samples a rate over ``window`` seconds needs (the newest, and at most one older than the window)."""
+def trim(samples, window, most=64):
+    """Keep the samples a rate over ``window`` seconds needs: the newest, at most one older than the window,
+    and in between at most ``most`` spaced at least window/most apart (a 10 ms poll keeps the list short)."""
     if not samples:
         return []
     last_t = samples[-1][0]
-    keep = [s for s in samples if last_t - s[0] <= window]
     older = [s for s in samples if last_t - s[0] > window]
-    return ([older[-1]] if older else []) + keep
+    inside = [s for s in samples[:-1] if last_t - s[0] <= window]
+    spaced = []
+    for sample in inside:
+        if not spaced or sample[0] - spaced[-1][0] >= window / float(most):
+            spaced.append(sample)
+    return ([older[-1]] if older else []) + spaced[-most:] + [samples[-1]]
 
 
 def line(done, total, rate, now):
@@ -206,7 +211,7 @@ def wait(repo_dir, total, poll, budget, status, samples=None, window=60.0, write
 
     ``status()`` -> ``(finished, rc, reason)`` (see ``unit_outcome``). Returns::
 
-        {"finished": bool, "rc": int|None, "reason": str, "polls": n, "samples": [[t, done], ...],
+        {"finished": bool, "exit_status": int|None, "reason": str, "polls": n, "samples": [[t, done], ...],
          "done", "total", "percent", "rate", "eta", "time", "msg"}
     """
     samples = [list(s) for s in (samples or [])]
@@ -226,23 +231,31 @@ def wait(repo_dir, total, poll, budget, status, samples=None, window=60.0, write
             write("%s %s" % (time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)), sample["msg"]))
         if finished or now - started + float(poll) > budget:
             break
-    sample.update(finished=finished, rc=rc, reason=reason, polls=polls, samples=samples)
+    sample.update(finished=finished, exit_status=rc, reason=reason, polls=polls, samples=samples)
     return sample
 
 
 def manifest_bytes(repo_dir, blobs):
-    """Bytes a download of these blob names has written: each finished ``blobs/<name>``, else its
-    ``blobs/<name>.incomplete`` (blobs of other revisions in the same repo folder do not count)."""
-    total = 0
-    base = os.path.join(repo_dir, "blobs")
-    for name in blobs:
-        for candidate in (name, name + ".incomplete"):
-            try:
-                total += os.stat(os.path.join(base, candidate)).st_size
-                break
-            except OSError:
-                continue
-    return total
+    """Bytes a download of these blob names has written: each finished ``blobs/<name>``, else its unfinished
+    ``blobs/<name>.incomplete`` or ``blobs/<name>.<suffix>.incomplete`` (huggingface_hub 1.x/2.x); blobs of
+    other revisions in the same repo folder do not count. One directory scan."""
+    wanted = set(blobs)
+    finished = {}
+    partial = {}
+    try:
+        with os.scandir(os.path.join(repo_dir, "blobs")) as entries:
+            for entry in entries:
+                if not entry.is_file(follow_symlinks=False):
+                    continue
+                name = entry.name
+                if name in wanted:
+                    finished[name] = entry.stat(follow_symlinks=False).st_size
+                elif name.endswith(".incomplete") and name.split(".", 1)[0] in wanted:
+                    base = name.split(".", 1)[0]
+                    partial[base] = partial.get(base, 0) + entry.stat(follow_symlinks=False).st_size
+    except OSError:
+        return 0
+    return sum(finished.values()) + sum(size for base, size in partial.items() if base not in finished)
 
 
 def tail(path, lines=20, limit=4000):

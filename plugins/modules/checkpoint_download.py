@@ -143,7 +143,7 @@ finished:
   description: The unit's process has ended (O(state=waited)).
   type: bool
   returned: when state is waited
-rc:
+exit_status:
   description: hf's exit status (null when it did not exit by itself).
   type: int
   returned: when state is waited
@@ -289,10 +289,10 @@ def main():
     if result["finished"] and not module.check_mode:
         module.run_command(["systemctl", "stop", unit + ".service"])
         module.run_command(["systemctl", "reset-failed", unit + ".service"])
-    if result["finished"] and result["rc"] != 0:
+    if result["finished"] and result["exit_status"] != 0:
         log_tail = hf_download.tail(p["log"]) if p["log"] else ""
         result["msg"] = ("hf download ended with %s (rc %s) at %s. The files already fetched stay in %s; a re-run "
-                         "resumes them. Its log (%s): %s" % (result["reason"], result["rc"], result["msg"],
+                         "resumes them. Its log (%s): %s" % (result["reason"], result["exit_status"], result["msg"],
                                                              p["cache_dir"], p["log"], log_tail))
         module.fail_json(**result)
     module.exit_json(changed=False, **result)

@@ -638,11 +638,3 @@ def progress(done, total, now, previous_done=None, previous_time=None):
     parts.append(("%s left" % human_duration(eta)) if eta is not None else "time left unknown")
     return {"done": done, "total": total, "percent": round(percent, 1), "rate": rate, "eta": eta,
             "time": now, "msg": ", ".join(parts)}
-
-
-def wait_and_measure(repo_dir, total, wait, previous_done=None, previous_time=None, clock=time.time,
-                     sleep=time.sleep):
-    """Sleep ``wait`` seconds, then measure the bytes under blobs/ (see ``progress``)."""
-    if wait > 0:
-        sleep(wait)
-    return progress(blob_bytes(repo_dir), total, clock(), previous_done, previous_time)

@@ -310,14 +310,6 @@ def test_progress_line():
     assert first["msg"] == "0 B of 1.0 KB (0.0%), rate pending, time left unknown"
 
 
-def test_wait_and_measure_uses_the_clock(tmp_path):
-    cache, repo, manifest = make_cache(tmp_path, shard_bytes=100)
-    slept = []
-    sample = hc.wait_and_measure(str(repo), 1000, 3, 0, 10.0, clock=lambda: 12.0, sleep=slept.append)
-    assert slept == [3]
-    assert sample["done"] == hc.blob_bytes(str(repo)) and sample["rate"] == pytest.approx(sample["done"] / 2.0)
-
-
 def test_human_units():
     assert hc.human_bytes(999) == "999 B"
     assert hc.human_bytes(1500) == "1.5 KB"

@@ -258,6 +258,19 @@ def manifest_bytes(repo_dir, blobs):
     return sum(finished.values()) + sum(size for base, size in partial.items() if base not in finished)
 
 
+def stale_partials(repo_dir):
+    """Unfinished files of blobs that are finished now: ``blobs/<etag>.incomplete`` or ``blobs/<etag>.<suffix>.incomplete``
+    next to ``blobs/<etag>`` (a stopped downloader's partial file that the next one did not reuse). Safe to remove:
+    the blob they were for is complete."""
+    base = os.path.join(repo_dir, "blobs")
+    try:
+        names = set(os.listdir(base))
+    except OSError:
+        return []
+    return sorted(os.path.join(base, n) for n in names
+                  if n.endswith(".incomplete") and n.split(".", 1)[0] in names)
+
+
 def tail(path, lines=20, limit=4000):
     """The last lines of a log file ("" when unreadable), at most ``limit`` characters."""
     try:

@@ -160,6 +160,11 @@ msg:
   type: str
   returned: always
   sample: 12.3 GB of 166.9 GB (7.4%), 105.0 MB/s, 24 min 32 s left
+stale_partials:
+  description: Unfinished files of blobs now complete (a stopped downloader's), removed after a successful download.
+  type: list
+  elements: str
+  returned: when state is waited
 samples:
   description: The rate's window, to pass to the next call.
   type: list
@@ -286,9 +291,17 @@ def main():
     finally:
         if handle:
             handle.close()
+    result["stale_partials"] = []
     if result["finished"] and not module.check_mode:
         module.run_command(["systemctl", "stop", unit + ".service"])
         module.run_command(["systemctl", "reset-failed", unit + ".service"])
+        if result["exit_status"] == 0:
+            for path in hf_download.stale_partials(p["repo_dir"]):
+                try:
+                    os.unlink(path)
+                    result["stale_partials"].append(os.path.basename(path))
+                except OSError:
+                    continue
     if result["finished"] and result["exit_status"] != 0:
         log_tail = hf_download.tail(p["log"]) if p["log"] else ""
         result["msg"] = ("hf download ended with %s (rc %s) at %s. The files already fetched stay in %s; a re-run "

@@ -158,3 +158,12 @@ def test_redact_and_tail(tmp_path):
     assert text.splitlines()[0] == "line 48" and "hf_********" in text and "abcdefghij" not in text
     assert hd.tail(str(tmp_path / "missing")) == ""
     assert os.path.exists(str(log))
+
+
+def test_stale_partials_are_only_those_of_finished_blobs(tmp_path):
+    blobs = tmp_path / "blobs"
+    blobs.mkdir()
+    for name in ("a", "a.1b8b7324.incomplete", "a.incomplete", "b.d6dc891c.incomplete", "c"):
+        (blobs / name).write_bytes(b"x")
+    assert [os.path.basename(p) for p in hd.stale_partials(str(tmp_path))] == ["a.1b8b7324.incomplete", "a.incomplete"]
+    assert hd.stale_partials(str(tmp_path / "none")) == []

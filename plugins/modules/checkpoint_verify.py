@@ -92,7 +92,7 @@ options:
     default: false
   evict_page_cache:
     description:
-      - After checking, flush the blobs (C(fdatasync): a sync's pages are dirty) and ask the kernel to drop their
+      - After checking, flush the blobs (C(fdatasync), a sync's pages are dirty) and ask the kernel to drop their
         pages (C(posix_fadvise) DONTNEED); reports C(Cached) from C(/proc/meminfo) and the blobs' resident bytes
         (C(mincore)) before and after.
     type: bool

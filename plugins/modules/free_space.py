@@ -41,7 +41,7 @@ options:
   blobs:
     description:
       - The blobs a revision consists of (name -> size, from the hub's listing). With O(repo_dir), RV(needed_bytes) is
-        what of exactly these blobs is not there yet (a pin change: the shards the old revision shares count as
+        what of exactly these blobs is not there yet (in a pin change the shards the old revision shares count as
         present, the old revision's other blobs do not), and O(size_gb) is ignored.
     type: dict
 """

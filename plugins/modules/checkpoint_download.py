@@ -13,14 +13,14 @@ version_added: 0.2.0
 description:
   - O(state=started) finds every C(hf download) into O(cache_dir) still running (the unit of an interrupted
     run, or an older release's asynchronous job, read from C(/proc)), stops it (SIGTERM, then SIGKILL), and starts
-    O(argv) as the transient unit O(unit) (C(systemd-run), C(RemainAfterExit=yes), C(RuntimeMaxSec=O(timeout))),
+    O(argv) as the transient unit O(unit) (C(systemd-run), C(RemainAfterExit=yes), C(RuntimeMaxSec) set to O(timeout)),
     so there is never a second downloader. The partial files the stopped one left are resumed by the new one.
   - O(state=waited) waits at most O(wait) seconds in one call, sampling every O(poll) seconds the bytes under
     C(blobs/) and appending one progress line per sample (done of total, rate, time left) to O(progress_log).
     It returns when the unit's process ended or the time is up; the caller loops (a bounded loop, no recursion).
     A finished unit is cleaned up (stopped, failed state reset); a failed one fails the module with its log's tail.
   - O(state=stopped) stops the unit and every other downloader into O(cache_dir).
-  - The token is never handled here: hf reads it from the 0600 file C(HF_TOKEN_PATH) names.
+  - The token is never handled here; hf reads it from the 0600 file C(HF_TOKEN_PATH) names.
 author:
   - dgxspark.cluster maintainers (!UNKNOWN)
 extends_documentation_fragment:
@@ -57,8 +57,7 @@ options:
   environment:
     description: The unit's environment (O(state=started)); paths and switches only, never a secret.
     type: dict
-    default: {}
-  description:
+  unit_description:
     description: The unit's description (names repo and revision, shown for a leftover).
     type: str
     default: dgxspark checkpoint download
@@ -184,6 +183,13 @@ def show(module, unit):
     return hf_download.parse_show(out) if rc == 0 else {}
 
 
+def describe(found):
+    """One leftover as text: its pid, and its unit or its command."""
+    if found["unit"]:
+        return "pid %s (%s, %s, since %s)" % (found["pid"], found["unit"], found.get("description"), found.get("since"))
+    return "pid %s (%s ...)" % (found["pid"], " ".join(found["argv"][:6]))
+
+
 def truncate(path):
     if path:
         with open(path, "w", encoding="utf-8"):
@@ -224,8 +230,8 @@ def main():
             cache_dir=dict(type="path", required=True),
             argv=dict(type="list", elements="str"),
             user=dict(type="str"),
-            environment=dict(type="dict", default={}),
-            description=dict(type="str", default="dgxspark checkpoint download"),
+            environment=dict(type="dict"),
+            unit_description=dict(type="str", default="dgxspark checkpoint download"),
             timeout=dict(type="int", default=28800),
             log=dict(type="path"),
             progress_log=dict(type="path"),
@@ -244,10 +250,7 @@ def main():
     unit = p["unit"]
     if p["state"] in ("started", "stopped"):
         state, found = leftovers(module, unit, p["cache_dir"])
-        described = "; ".join("pid %s%s%s" % (f["pid"], (" (%s, %s, since %s)" % (f["unit"], f.get("description"),
-                                                                                     f.get("since"))) if f["unit"] else "",
-                                               "" if f["unit"] else " (" + " ".join(f["argv"][:6]) + " ...)")
-                              for f in found)
+        described = "; ".join(describe(f) for f in found)
         if module.check_mode:
             module.exit_json(changed=bool(found) or p["state"] == "started", leftovers=found,
                              msg="would stop %s" % described if found else "nothing runs")
@@ -257,7 +260,7 @@ def main():
                              msg=("stopped %s" % described) if found else "no download ran")
         truncate(p["progress_log"])
         cmd = hf_download.systemd_run_argv(unit, p["argv"], p["user"], p["environment"], p["timeout"], p["log"],
-                                           p["description"], workdir=os.path.dirname(p["log"]))
+                                           p["unit_description"], workdir=os.path.dirname(p["log"]))
         rc, out, err = module.run_command(cmd)
         if rc != 0:
             module.fail_json(msg="systemd-run could not start the download unit %s: %s" % (unit, (err or out).strip()),

@@ -35,8 +35,8 @@ CASES = [
     ("a withheld record", {"__runtime_checkpoint_record_read": record(verified_all=False)}, False),
     ("the checkpoint role disabled", {"__runtime_checkpoint_record_read": record(), "checkpoint_enabled": False}, False),
     ("the knob overrides", {"__runtime_checkpoint_record_read": record(), "runtime_vllm_hf_hub_offline": False}, False),
-    ("a stale fact of another play does not count", {"__runtime_checkpoint_record_read": {},
-                                                      "checkpoint_verified_all": True}, False),
+    ("a stale fact of another play does not count",
+     {"__runtime_checkpoint_record_read": {}, "checkpoint_verified_all": True}, False),
 ]
 
 

@@ -37,7 +37,6 @@ import hashlib
 import json
 import os
 import re
-import time
 
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")

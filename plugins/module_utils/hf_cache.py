@@ -38,7 +38,6 @@ import hashlib
 import json
 import os
 import re
-import time
 
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -355,6 +354,69 @@ def blob_bytes(repo_dir):
     return total
 
 
+def prune_plan(repo_dir, revision):
+    """What removing every other revision from a repo folder removes: the other ``snapshots/<sha>`` folders and
+    the blobs no link of ``snapshots/<revision>`` uses. ``{"snapshots": [rel...], "blobs": [rel...], "bytes": n}``;
+    nothing when the revision's snapshot is missing (a broken copy is never pruned)."""
+    snapshot = os.path.join(repo_dir, "snapshots", revision)
+    plan = {"snapshots": [], "blobs": [], "bytes": 0}
+    if not is_commit(revision) or not os.path.isdir(snapshot):
+        return plan
+    used = {entry["blob"] for entry in walk_snapshot(snapshot).values() if entry["blob"]}
+    for name in sorted(os.listdir(os.path.join(repo_dir, "snapshots"))):
+        if name != revision:
+            plan["snapshots"].append("snapshots/" + name)
+    for path in blob_paths(repo_dir):
+        name = os.path.basename(path)
+        if name not in used:
+            plan["blobs"].append("blobs/" + name)
+            plan["bytes"] += os.path.getsize(path)
+    return plan
+
+
+def prune(repo_dir, plan):
+    """Carry out a ``prune_plan``; returns the bytes freed."""
+    import shutil
+    for rel in plan["snapshots"]:
+        shutil.rmtree(os.path.join(repo_dir, rel), ignore_errors=True)
+    freed = 0
+    for rel in plan["blobs"]:
+        path = os.path.join(repo_dir, rel)
+        try:
+            freed += os.path.getsize(path)
+            os.unlink(path)
+        except OSError:
+            continue
+    return freed
+
+
+def blobs_present(repo_dir, blobs):
+    """``(present, missing)`` bytes of these blobs (``{name: size}``) under blobs/: a finished blob counts
+    whole, an ``.incomplete`` one for what it holds; blobs of other revisions do not count."""
+    present = 0
+    missing = 0
+    base = os.path.join(repo_dir, "blobs")
+    partial = {}
+    try:
+        names = os.listdir(base)
+    except OSError:
+        names = []
+    for entry in names:
+        if entry.endswith(".incomplete"):   # <etag>.incomplete, or <etag>.<suffix>.incomplete (huggingface_hub 2.x)
+            stem = entry.split(".", 1)[0]
+            try:
+                partial[stem] = partial.get(stem, 0) + os.path.getsize(os.path.join(base, entry))
+            except OSError:
+                continue
+    finished = set(names)
+    for name, size in sorted((blobs or {}).items()):
+        size = int(size)
+        have = size if name in finished else min(size, partial.get(name, 0))
+        present += have
+        missing += size - have
+    return present, missing
+
+
 # --------------------------------------------------------------------------- the check
 
 
@@ -514,9 +576,10 @@ def summarize(problems, limit=8):
 # --------------------------------------------------------------------------- page cache
 
 
-def evict_page_cache(paths):
-    """Ask the kernel to drop these files' pages (posix_fadvise DONTNEED): the weights just written or
-    hashed otherwise squat on the unified memory pool. Returns the bytes advised."""
+def evict_page_cache(paths, sync=True):
+    """Flush, then drop these files' pages: ``fdatasync`` first (the pages a sync or a download just
+    wrote are dirty, and DONTNEED leaves dirty pages in place), then ``posix_fadvise`` DONTNEED. The
+    weights otherwise squat on GB10's unified memory pool. Returns the bytes advised."""
     advised = 0
     for path in paths:
         try:
@@ -524,11 +587,70 @@ def evict_page_cache(paths):
         except OSError:
             continue
         try:
+            if sync:
+                os.fdatasync(fd)
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
             advised += os.fstat(fd).st_size
         finally:
             os.close(fd)
     return advised
+
+
+def resident_bytes(path):
+    """Bytes of a file in the page cache now, from mincore(2) over a read-only mapping (0 for an empty
+    or unreadable file). ``fincore`` reports the same."""
+    import ctypes
+    import mmap as _mmap
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return 0
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return 0
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
+        addr = libc.mmap(None, size, _mmap.PROT_READ, _mmap.MAP_SHARED, fd, 0)
+        if addr in (None, ctypes.c_void_p(-1).value):
+            return 0
+        try:
+            page = _mmap.PAGESIZE
+            pages = (size + page - 1) // page
+            vec = (ctypes.c_ubyte * pages)()
+            if libc.mincore(ctypes.c_void_p(addr), size, vec) != 0:
+                return 0
+            resident = sum(1 for v in vec if v & 1)
+        finally:
+            libc.munmap(ctypes.c_void_p(addr), size)
+        return min(size, resident * page)
+    finally:
+        os.close(fd)
+
+
+def meminfo_kb(text):
+    """``/proc/meminfo`` text -> {"MemAvailable": kB, "Cached": kB, ...}."""
+    out = {}
+    for row in (text or "").splitlines():
+        key, sep, rest = row.partition(":")
+        if sep and rest.split():
+            try:
+                out[key.strip()] = int(rest.split()[0])
+            except ValueError:
+                continue
+    return out
+
+
+def read_meminfo(path="/proc/meminfo"):
+    """This node's /proc/meminfo as {key: kB} ({} when unreadable)."""
+    try:
+        with open(path, encoding="ascii", errors="replace") as handle:
+            return meminfo_kb(handle.read())
+    except OSError:
+        return {}
 
 
 def blob_paths(repo_dir):
@@ -581,11 +703,3 @@ def progress(done, total, now, previous_done=None, previous_time=None):
     parts.append(("%s left" % human_duration(eta)) if eta is not None else "time left unknown")
     return {"done": done, "total": total, "percent": round(percent, 1), "rate": rate, "eta": eta,
             "time": now, "msg": ", ".join(parts)}
-
-
-def wait_and_measure(repo_dir, total, wait, previous_done=None, previous_time=None, clock=time.time,
-                     sleep=time.sleep):
-    """Sleep ``wait`` seconds, then measure the bytes under blobs/ (see ``progress``)."""
-    if wait > 0:
-        sleep(wait)
-    return progress(blob_bytes(repo_dir), total, clock(), previous_done, previous_time)

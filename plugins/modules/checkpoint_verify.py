@@ -84,8 +84,17 @@ options:
     description: Run the lookalike checks (turn off only to use another checkpoint on purpose).
     type: bool
     default: true
+  prune_other_revisions:
+    description:
+      - Before checking, remove the repo folder's other snapshots and the blobs the revision's snapshot does not use
+        (a pin change's old revision). Only when the revision's snapshot exists. Reported as a change.
+    type: bool
+    default: false
   evict_page_cache:
-    description: Ask the kernel to drop the blobs' pages (C(posix_fadvise) DONTNEED) after checking.
+    description:
+      - After checking, flush the blobs (C(fdatasync), a sync's pages are dirty) and ask the kernel to drop their
+        pages (C(posix_fadvise) DONTNEED); reports C(Cached) from C(/proc/meminfo) and the blobs' resident bytes
+        (C(mincore)) before and after.
     type: bool
     default: false
 """
@@ -171,6 +180,15 @@ evicted_bytes:
   description: Bytes advised out of the page cache.
   type: int
   returned: always
+pruned:
+  description: With O(prune_other_revisions), C({snapshots, blobs, bytes}) removed (or, in check mode, to remove).
+  type: dict
+  returned: always
+page_cache:
+  description: With O(evict_page_cache), C({cached_before_kb, cached_after_kb, resident_before, resident_after, msg})
+    (Cached from /proc/meminfo; the blobs' bytes in the page cache, from mincore).
+  type: dict
+  returned: always
 seconds:
   description: Time the check took.
   type: float
@@ -201,6 +219,7 @@ def main():
             min_commit_date=dict(type="str"),
             check_lookalike=dict(type="bool", default=True),
             evict_page_cache=dict(type="bool", default=False),
+            prune_other_revisions=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -230,6 +249,11 @@ def main():
                     hf_cache.write_ref(repo_dir, params["revision"], params["ref_name"], uid, gid)
                 except hf_cache.LinkRefused as error:
                     module.fail_json(msg=str(error))
+    pruned = {"snapshots": [], "blobs": [], "bytes": 0}
+    if params["prune_other_revisions"]:
+        pruned = hf_cache.prune_plan(repo_dir, params["revision"])
+        if not module.check_mode:
+            hf_cache.prune(repo_dir, pruned)
     started = time.time()
     try:
         report = hf_cache.verify_cache(
@@ -242,14 +266,29 @@ def main():
         report["problems"] = [p for p in report["problems"] if not p["kind"].startswith("ref_")]
         report["ok"] = not report["problems"]
     evicted = 0
+    page_cache = {}
     if params["evict_page_cache"] and not module.check_mode:
-        evicted = hf_cache.evict_page_cache(hf_cache.blob_paths(repo_dir))
+        paths = hf_cache.blob_paths(repo_dir)
+        before = hf_cache.read_meminfo().get("Cached", 0)
+        resident_before = sum(hf_cache.resident_bytes(p) for p in paths)
+        evicted = hf_cache.evict_page_cache(paths)
+        resident_after = sum(hf_cache.resident_bytes(p) for p in paths)
+        after = hf_cache.read_meminfo().get("Cached", 0)
+        page_cache = {
+            "cached_before_kb": before, "cached_after_kb": after,
+            "resident_before": resident_before, "resident_after": resident_after,
+            "msg": "page cache (Cached) %s -> %s; the checkpoint's blobs in it %s -> %s (%d files flushed and dropped)"
+                   % (hf_cache.human_bytes(before * 1024), hf_cache.human_bytes(after * 1024),
+                      hf_cache.human_bytes(resident_before), hf_cache.human_bytes(resident_after), len(paths)),
+        }
     report.update(
-        changed=ref_written,
+        changed=ref_written or bool(pruned["snapshots"] or pruned["blobs"]),
+        pruned=pruned,
         ref_written=ref_written,
         summary=hf_cache.summarize(report["problems"]),
         repairable=all(p["kind"] in hf_cache.REPAIRABLE for p in report["problems"]),
         evicted_bytes=evicted,
+        page_cache=page_cache,
         seconds=round(time.time() - started, 3),
     )
     module.exit_json(**report)

@@ -38,6 +38,12 @@ options:
     description: Size of the data the path will hold, in GB (10^9 bytes); RV(needed_bytes) is what is not there yet.
     type: int
     default: 0
+  blobs:
+    description:
+      - The blobs a revision consists of (name -> size, from the hub's listing). With O(repo_dir), RV(needed_bytes) is
+        what of exactly these blobs is not there yet (in a pin change the shards the old revision shares count as
+        present, the old revision's other blobs do not), and O(size_gb) is ignored.
+    type: dict
 """
 
 EXAMPLES = r"""
@@ -80,7 +86,8 @@ present_bytes:
   type: int
   returned: always
 needed_bytes:
-  description: O(size_gb) less RV(present_bytes), at least 0 - the free bytes the rest of the data needs.
+  description: O(size_gb) less RV(present_bytes), at least 0 - the free bytes the rest of the data needs (with O(blobs),
+    what of those blobs is missing).
   type: int
   returned: always
 """
@@ -99,6 +106,7 @@ def main():
             path=dict(type="path", required=True),
             repo_dir=dict(type="path"),
             size_gb=dict(type="int", default=0),
+            blobs=dict(type="dict"),
         ),
         supports_check_mode=True,
     )
@@ -110,6 +118,9 @@ def main():
         module.fail_json(msg="cannot read the free space of %s (for %s): %s" % (checked, path, exc))
     repo_dir = module.params["repo_dir"]
     present = hf_cache.blob_bytes(repo_dir) if repo_dir else 0
+    needed = preflight.bytes_needed(module.params["size_gb"], present)
+    if module.params["blobs"] is not None and repo_dir:
+        present, needed = hf_cache.blobs_present(repo_dir, module.params["blobs"])
     module.exit_json(
         changed=False,
         path=path,
@@ -118,7 +129,7 @@ def main():
         free_bytes=stat.f_bavail * stat.f_frsize,
         total_bytes=stat.f_blocks * stat.f_frsize,
         present_bytes=present,
-        needed_bytes=preflight.bytes_needed(module.params["size_gb"], present),
+        needed_bytes=needed,
     )
 
 

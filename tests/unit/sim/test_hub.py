@@ -88,3 +88,41 @@ def test_content_is_deterministic(tmp_path):
     first = hub.prepare({"shards": 2, "shard_bytes": 100}, str(tmp_path / "a"))
     second = hub.prepare({"shards": 2, "shard_bytes": 100}, str(tmp_path / "b"))
     assert first == second
+
+
+def test_a_second_commit_shares_the_unchanged_shards(tmp_path):
+    repos = hub.prepare({"shards": 4, "shard_bytes": 1000}, str(tmp_path))
+    revisions = repos[REPO]["revisions"]
+    assert set(revisions) == {REV, hub.NEXT_REVISION} and repos[REPO]["main"] == hub.NEXT_REVISION
+    old, new = revisions[REV]["files"], revisions[hub.NEXT_REVISION]["files"]
+    changed = sorted(p for p in old if old[p]["lfs"] and old[p]["lfs"] != new[p]["lfs"])
+    assert changed == ["model-00001-of-00004.safetensors", "model-00002-of-00004.safetensors"]
+    assert old["README.md"]["oid"] != new["README.md"]["oid"] and old["config.json"] == new["config.json"]
+
+
+def test_the_token_is_required_when_set_and_the_line_is_shared(tmp_path):
+    spec_path = tmp_path / "spec.json"
+    spec = {"shards": 2, "shard_bytes": 200000, "token": "hf_test"}
+    spec_path.write_text(json.dumps(spec))
+    server, url = hub.serve_in_thread(spec, str(tmp_path / "data"), spec_path=str(spec_path))
+    try:
+        info = "%s/api/models/%s/revision/%s" % (url, REPO, REV)
+        with pytest.raises(urllib.error.HTTPError) as denied:
+            get(info)
+        assert denied.value.code == 401 and denied.value.headers["X-Error-Code"] == "GatedRepo"
+        assert get(info, headers={"Authorization": "Bearer hf_test"})[0] == 200
+        # Live knobs: no token, and a 1 MB/s line shared by two parallel downloads (~0.4 MB in ~0.4 s).
+        spec_path.write_text(json.dumps(dict(spec, token="", total_rate_bps=1000000)))
+        os.utime(spec_path, (1, 1))
+        import threading
+        import time
+        shard = "%s/%s/resolve/%s/model-0000%%d-of-00002.safetensors" % (url, REPO, REV)
+        began = time.monotonic()
+        threads = [threading.Thread(target=get, args=(shard % i,)) for i in (1, 2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert time.monotonic() - began >= 0.3
+    finally:
+        server.shutdown()

@@ -310,14 +310,6 @@ def test_progress_line():
     assert first["msg"] == "0 B of 1.0 KB (0.0%), rate pending, time left unknown"
 
 
-def test_wait_and_measure_uses_the_clock(tmp_path):
-    cache, repo, manifest = make_cache(tmp_path, shard_bytes=100)
-    slept = []
-    sample = hc.wait_and_measure(str(repo), 1000, 3, 0, 10.0, clock=lambda: 12.0, sleep=slept.append)
-    assert slept == [3]
-    assert sample["done"] == hc.blob_bytes(str(repo)) and sample["rate"] == pytest.approx(sample["done"] / 2.0)
-
-
 def test_human_units():
     assert hc.human_bytes(999) == "999 B"
     assert hc.human_bytes(1500) == "1.5 KB"
@@ -331,7 +323,73 @@ def test_evict_page_cache_advises_every_blob(tmp_path):
     assert hc.evict_page_cache(paths + [str(tmp_path / "gone")]) == sum(os.path.getsize(p) for p in paths)
 
 
+def _page_cached_fs(tmp_path):
+    """A directory on a filesystem whose pages DONTNEED can drop (not tmpfs, whose pages are the file)."""
+    with open("/proc/mounts", encoding="ascii") as handle:
+        mounts = [line.split() for line in handle]
+    best = max((m for m in mounts if str(tmp_path).startswith(m[1])), key=lambda m: len(m[1]))
+    if best[2] in ("tmpfs", "ramfs"):
+        pytest.skip("tmp_path is on %s: DONTNEED cannot drop its pages" % best[2])
+    return tmp_path
+
+
+def test_evict_page_cache_flushes_dirty_pages_then_drops_them(tmp_path):
+    """Measured with mincore: freshly written (dirty) pages are resident; after the drop none is.
+    Without the fdatasync, DONTNEED leaves dirty pages; with posix_fadvise a no-op nothing leaves."""
+    base = _page_cached_fs(tmp_path)
+    path = str(base / "blob")
+    with open(path, "wb") as handle:
+        handle.write(os.urandom(8 << 20))
+    assert hc.resident_bytes(path) >= 4 << 20          # just written: in the page cache
+    assert hc.evict_page_cache([path]) == 8 << 20
+    assert hc.resident_bytes(path) == 0
+    with open(path, "rb") as handle:
+        handle.read()
+    assert hc.resident_bytes(path) == 8 << 20          # read back: resident again
+
+
+def test_evict_page_cache_without_fadvise_leaves_the_pages(tmp_path, monkeypatch):
+    """The residency check catches a drop that does not happen (posix_fadvise replaced by a no-op)."""
+    base = _page_cached_fs(tmp_path)
+    path = str(base / "blob")
+    with open(path, "wb") as handle:
+        handle.write(os.urandom(4 << 20))
+    os.sync()
+    monkeypatch.setattr(hc.os, "posix_fadvise", lambda *args: None)
+    hc.evict_page_cache([path])
+    assert hc.resident_bytes(path) > 0
+
+
+def test_meminfo_parse():
+    info = hc.meminfo_kb("MemTotal:       126000000 kB\nMemAvailable:   122000000 kB\nCached:  5000 kB\nHugePages_Total: 0\n")
+    assert info["MemAvailable"] == 122000000 and info["Cached"] == 5000 and info["HugePages_Total"] == 0
+    assert hc.read_meminfo("/nonexistent") == {}
+
+
 def test_summarize_caps_the_lines():
     problems = [hc.problem("incomplete", "blobs/%d" % i, "x") for i in range(10)]
     lines = hc.summarize(problems, limit=3)
     assert lines[-1] == "... and 7 more" and len(lines) == 4
+
+
+def test_blobs_present_counts_only_the_revisions_blobs(tmp_path):
+    cache, repo, manifest = make_cache(tmp_path, shard_bytes=100)
+    blobs = {m["blob"]: m["size"] for m in manifest["files"].values()}
+    assert hc.blobs_present(str(repo), blobs) == (sum(blobs.values()), 0)
+    new = dict(blobs)
+    new["f" * 64] = 5000                                     # a re-uploaded shard of the next revision
+    (repo / "blobs" / ("f" * 64 + ".1b8b7324.incomplete")).write_bytes(b"x" * 1000)
+    assert hc.blobs_present(str(repo), new) == (sum(blobs.values()) + 1000, 4000)
+
+
+def test_prune_removes_only_other_revisions(tmp_path):
+    cache, repo, manifest = make_cache(tmp_path, shard_bytes=100)
+    old = repo / "snapshots" / ("a" * 40)
+    old.mkdir()
+    (repo / "blobs" / ("b" * 64)).write_bytes(b"o" * 300)         # only the old revision used it
+    os.symlink("../../blobs/" + "b" * 64, old / "model-00001-of-00003.safetensors")
+    plan = hc.prune_plan(str(repo), REV)
+    assert plan == {"snapshots": ["snapshots/" + "a" * 40], "blobs": ["blobs/" + "b" * 64], "bytes": 300}
+    assert hc.prune(str(repo), plan) == 300
+    assert verify(cache, manifest)["ok"] and not old.exists()
+    assert hc.prune_plan(str(repo), "c" * 40) == {"snapshots": [], "blobs": [], "bytes": 0}   # no such snapshot

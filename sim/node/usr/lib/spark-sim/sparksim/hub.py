@@ -19,15 +19,25 @@ whose README opens "We present a preview version", and DeepSeek-V4-Flash-DSpark
 dated 2026-07-04), each with config.json, README.md, tokenizer.json,
 encoding/encoding_dsv4.py, model.safetensors.index.json and N safetensors
 shards (LFS files: the ETag is their sha256; small files: the git blob id).
+DeepSeek-V4-Flash-0731 has a second, later commit (NEXT_REVISION, 2026-08-20:
+shards 1-2 and the README re-uploaded, the other shards the same blobs), so a
+pin change downloads only what changed; ``main`` names the latest commit, as on the Hub.
 
 Spec (JSON, optional, default path /var/lib/spark-sim/hub/spec.json)::
 
     {"shards": 6, "shard_bytes": 1048576,     # every repo's shard count and size
      "rate_limit_bps": 0,                     # per-connection throttle (0: none), to watch progress
+     "total_rate_bps": 0,                     # the line: bytes/s shared by every connection (0: none)
+     "token": "",                             # non-empty: every call needs "Authorization: Bearer <token>"
      "repos": {"deepseek-ai/DeepSeek-V4-Flash-0731": {"shards": 12}}}   # per-repo overrides
 
 Files are generated under the data directory (default /var/lib/spark-sim/hub/data)
-when the spec changes, then served from disk.
+when the spec's content knobs change, then served from disk. The rate knobs and
+the token are read again whenever the spec file changes (no restart): a test can
+slow the line down or speed it up while a download runs.
+
+A token set in the spec is enforced as the Hub enforces it on a gated repo: a
+call without it, or with another, answers 401 with ``X-Error-Code: GatedRepo``.
 """
 
 from __future__ import annotations
@@ -53,6 +63,9 @@ DEFAULT_ADDRESS = "127.0.0.1"
 DEFAULT_PORT = 5564
 
 PINNED_REVISION = "9e165c30e2704aec5d9d593cce3eebd58bbef1cb"
+# A later commit of the same repo (a pin change): new README and config, shards 1 and 2 re-uploaded
+# (new content, new sha256), every other shard the same blob as at the pinned revision.
+NEXT_REVISION = "4c7d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d"
 
 # repo id -> what tells it apart (the revision, the commit date, the README).
 REPOS: dict[str, dict[str, Any]] = {
@@ -65,6 +78,18 @@ REPOS: dict[str, dict[str, Any]] = {
             "DeepSeek-V4-Flash-0731 (spark-sim synthetic stand-in: random weights, not a model).\n"
             "The DSpark/MTP draft head ships as part of the base checkpoint.\n"
         ),
+        # Later commits: {revision, date, readme, changed_shards (1-based; their content is new)}.
+        "later": [{
+            "revision": NEXT_REVISION,
+            "date": "2026-08-20T00:00:00.000Z",
+            "readme": (
+                "---\nlicense: mit\nlibrary_name: transformers\n---\n"
+                "# DeepSeek-V4-Flash-0731\n\n"
+                "DeepSeek-V4-Flash-0731 (spark-sim synthetic stand-in: random weights, not a model).\n"
+                "The DSpark/MTP draft head ships as part of the base checkpoint. Shards 1-2 re-uploaded.\n"
+            ),
+            "changed_shards": [1, 2],
+        }],
     },
     "deepseek-ai/DeepSeek-V4-Flash-DSpark": {
         "revision": "d5a1b0c4e3f2a1908f7e6d5c4b3a29180f7e6d5c",
@@ -102,11 +127,24 @@ def safetensors_header(name: str, nbytes: int) -> bytes:
 
 def repo_spec(spec: dict[str, Any], repo_id: str) -> dict[str, Any]:
     """The effective spec of one repo: its REPOS entry, the global knobs, its overrides."""
-    merged = dict(REPOS[repo_id])
+    merged = {k: v for k, v in REPOS[repo_id].items() if k != "later"}
     merged["shards"] = int(spec.get("shards", 6))
     merged["shard_bytes"] = int(spec.get("shard_bytes", 1 << 20))
     merged.update((spec.get("repos") or {}).get(repo_id, {}))
+    merged.setdefault("changed_shards", [])
+    merged.setdefault("base_revision", merged["revision"])
     return merged
+
+
+def revision_specs(spec: dict[str, Any], repo_id: str) -> list[dict[str, Any]]:
+    """Every commit of a repo the server holds, oldest first (the first is REPOS' revision)."""
+    first = repo_spec(spec, repo_id)
+    specs = [first]
+    for later in REPOS[repo_id].get("later", []):
+        merged = dict(first)
+        merged.update(later)
+        specs.append(merged)
+    return specs
 
 
 def small_files(repo_id: str, rspec: dict[str, Any]) -> dict[str, bytes]:
@@ -144,9 +182,11 @@ def write_repo(data_dir: str, repo_id: str, rspec: dict[str, Any]) -> dict[str, 
             handle.write(content)
         files[path] = {"size": len(content), "oid": git_blob_id(content), "lfs": None}
     shards = int(rspec["shards"])
-    seed = int(hashlib.sha256(("%s@%s" % (repo_id, rspec["revision"])).encode()).hexdigest()[:16], 16)
-    rng = random.Random(seed)
     for index in range(1, shards + 1):
+        # A shard's content follows the commit that last uploaded it: unchanged shards are the same blob.
+        origin = rspec["revision"] if index in rspec.get("changed_shards", []) else rspec["base_revision"]
+        seed = int(hashlib.sha256(("%s@%s#%d" % (repo_id, origin, index)).encode()).hexdigest()[:16], 16)
+        rng = random.Random(seed)
         path = "model-%05d-of-%05d.safetensors" % (index, shards)
         prefix = safetensors_header("model.layers.%d.experts.weight" % (index - 1), int(rspec["shard_bytes"]))
         digest = hashlib.sha256()
@@ -165,9 +205,14 @@ def write_repo(data_dir: str, repo_id: str, rspec: dict[str, Any]) -> dict[str, 
     return {"revision": rspec["revision"], "date": rspec["date"], "files": files}
 
 
+# Spec knobs that change how the server answers, not what it serves (re-read live, no regeneration).
+LIVE_KNOBS = ("rate_limit_bps", "total_rate_bps", "token")
+
+
 def prepare(spec: dict[str, Any], data_dir: str) -> dict[str, dict[str, Any]]:
-    """Generate every repo (only when the spec changed since the last run); return the listings."""
-    key = hashlib.sha256(json.dumps([spec, REPOS], sort_keys=True).encode()).hexdigest()
+    """Generate every repo (only when the content knobs changed since the last run); return the listings."""
+    content = {k: v for k, v in spec.items() if k not in LIVE_KNOBS}
+    key = hashlib.sha256(json.dumps([content, REPOS], sort_keys=True).encode()).hexdigest()
     index_path = os.path.join(data_dir, "index.json")
     try:
         with open(index_path, encoding="utf-8") as handle:
@@ -179,7 +224,10 @@ def prepare(spec: dict[str, Any], data_dir: str) -> dict[str, dict[str, Any]]:
     if os.path.isdir(data_dir):
         shutil.rmtree(data_dir)
     os.makedirs(data_dir)
-    repos = {repo_id: write_repo(data_dir, repo_id, repo_spec(spec, repo_id)) for repo_id in REPOS}
+    repos = {repo_id: {"revisions": {r["revision"]: write_repo(data_dir, repo_id, r)
+                                     for r in revision_specs(spec, repo_id)},
+                       "main": revision_specs(spec, repo_id)[-1]["revision"]}
+             for repo_id in REPOS}
     with open(index_path, "w", encoding="utf-8") as handle:
         json.dump({"key": key, "repos": repos}, handle)
     return repos
@@ -232,20 +280,71 @@ def model_info(repo_id: str, listing: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+class Line:
+    """A shared token bucket: every connection's bytes pass through it (the line's capacity)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.next_free = 0.0
+
+    def take(self, nbytes: int, rate: int) -> None:
+        """Block until ``nbytes`` may go out at ``rate`` bytes/s over all connections (0: at once)."""
+        if rate <= 0:
+            return
+        with self.lock:
+            now = time.monotonic()
+            start = max(now, self.next_free)
+            self.next_free = start + nbytes / float(rate)
+            wait = self.next_free - now
+        if wait > 0:
+            time.sleep(wait)
+
+
 class Hub:
     """The repos this server answers for, and where their files are."""
 
-    def __init__(self, repos: dict[str, dict[str, Any]], data_dir: str, rate_limit_bps: int = 0):
+    def __init__(self, repos: dict[str, dict[str, Any]], data_dir: str, rate_limit_bps: int = 0,
+                 spec_path: str = "", total_rate_bps: int = 0, token: str = ""):
         self.repos = repos
         self.data_dir = data_dir
         self.rate_limit_bps = rate_limit_bps
+        self.total_rate_bps = total_rate_bps
+        self.token = token
+        self.spec_path = spec_path
+        self.spec_mtime = self._mtime()
+        self.line = Line()
+
+    def _mtime(self) -> float:
+        try:
+            return os.stat(self.spec_path).st_mtime if self.spec_path else 0.0
+        except OSError:
+            return 0.0
+
+    def reload(self) -> None:
+        """Re-read the live knobs (rates, token) when the spec file changed."""
+        mtime = self._mtime()
+        if not self.spec_path or mtime == self.spec_mtime:
+            return
+        self.spec_mtime = mtime
+        try:
+            spec = load_spec(self.spec_path)
+        except (OSError, ValueError):
+            return
+        self.rate_limit_bps = int(spec.get("rate_limit_bps", 0))
+        self.total_rate_bps = int(spec.get("total_rate_bps", 0))
+        self.token = str(spec.get("token", ""))
+
+    def authorized(self, header: str) -> bool:
+        """No token configured, or ``Authorization: Bearer <token>`` carries it."""
+        return not self.token or header.strip() == "Bearer %s" % self.token
 
     def find(self, repo_id: str, revision: str) -> tuple[int, str, dict[str, Any] | None]:
-        """(status, X-Error-Code, listing): the revision may be the sha or ``main``."""
-        listing = self.repos.get(repo_id)
-        if listing is None:
+        """(status, X-Error-Code, listing): the revision may be a commit sha or ``main`` (the latest)."""
+        repo = self.repos.get(repo_id)
+        if repo is None:
             return 404, "RepositoryNotFound", None
-        if revision not in (listing["revision"], "main"):
+        listing = repo["revisions"].get(repo["main"] if revision == "main" else revision)
+        if listing is None:
             return 404, "RevisionNotFound", None
         return 200, "", listing
 
@@ -282,6 +381,11 @@ class Handler(BaseHTTPRequestHandler):
         url = urllib.parse.urlsplit(self.path)
         path = urllib.parse.unquote(url.path)
         query = urllib.parse.parse_qs(url.query)
+        self.hub.reload()
+        if not self.hub.authorized(self.headers.get("Authorization", "")):
+            self._json(401, {"error": "Access to this repo is restricted: you must be authenticated "
+                             "(a valid token) to access it."}, "GatedRepo")
+            return
         match = _API.match(path)
         if match:
             status, code, listing = self.hub.find(match["repo"], match["rev"])
@@ -342,15 +446,19 @@ class Handler(BaseHTTPRequestHandler):
 
     def _send(self, handle: Any, length: int) -> None:
         rate = self.hub.rate_limit_bps
-        chunk = 1 << 20 if not rate else max(4096, rate // 20)
+        total = self.hub.total_rate_bps
+        slowest = min(r for r in (rate, total, 1 << 40) if r > 0)
+        chunk = 1 << 20 if slowest >= 1 << 40 else max(4096, min(1 << 20, slowest // 20))
         began = time.monotonic()
         sent = 0
         while sent < length:
             data = handle.read(min(chunk, length - sent))
             if not data:
                 break
+            self.hub.line.take(len(data), self.hub.total_rate_bps)
             self.wfile.write(data)
             sent += len(data)
+            rate = self.hub.rate_limit_bps
             if rate:
                 ahead = sent / rate - (time.monotonic() - began)
                 if ahead > 0:
@@ -367,18 +475,21 @@ def load_spec(path: str) -> dict[str, Any]:
 
 
 def make_server(spec: dict[str, Any], data_dir: str, address: str = DEFAULT_ADDRESS,
-                port: int = DEFAULT_PORT) -> ThreadingHTTPServer:
-    """Generate the repos and return a bound (not yet serving) server."""
+                port: int = DEFAULT_PORT, spec_path: str = "") -> ThreadingHTTPServer:
+    """Generate the repos and return a bound (not yet serving) server (``spec_path``: re-read the live knobs)."""
     repos = prepare(spec, data_dir)
-    handler = type("BoundHandler", (Handler,), {"hub": Hub(repos, data_dir, int(spec.get("rate_limit_bps", 0)))})
+    hub = Hub(repos, data_dir, int(spec.get("rate_limit_bps", 0)), spec_path,
+              int(spec.get("total_rate_bps", 0)), str(spec.get("token", "")))
+    handler = type("BoundHandler", (Handler,), {"hub": hub})
     server = ThreadingHTTPServer((address, port), handler)
     server.daemon_threads = True
     return server
 
 
-def serve_in_thread(spec: dict[str, Any], data_dir: str, port: int = 0) -> tuple[ThreadingHTTPServer, str]:
+def serve_in_thread(spec: dict[str, Any], data_dir: str, port: int = 0,
+                    spec_path: str = "") -> tuple[ThreadingHTTPServer, str]:
     """For tests: serve on 127.0.0.1:<free port> in a thread; returns (server, endpoint URL)."""
-    server = make_server(spec, data_dir, DEFAULT_ADDRESS, port)
+    server = make_server(spec, data_dir, DEFAULT_ADDRESS, port, spec_path)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, "http://%s:%d" % server.server_address[:2]
 
@@ -391,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--address", default=DEFAULT_ADDRESS)
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
     args = parser.parse_args(argv)
-    server = make_server(load_spec(args.spec), args.data, args.address, args.port)
+    server = make_server(load_spec(args.spec), args.data, args.address, args.port, args.spec)
     sys.stderr.write("hub: serving %s on http://%s:%d\n" % (", ".join(sorted(REPOS)), args.address, args.port))
     sys.stderr.flush()
     server.serve_forever()

@@ -1,0 +1,27 @@
+# -*- coding: utf-8 -*-
+"""plugins/module_utils/memory.py: /proc/meminfo and the largest processes, against fake /proc trees."""
+
+from __future__ import annotations
+
+from ansible_collections.dgxspark.cluster.plugins.module_utils import memory
+
+
+def test_meminfo():
+    info = memory.meminfo("MemTotal:       126000000 kB\nMemAvailable:   1048576 kB\nCached: 2097152 kB\nbad\n")
+    assert info == {"MemTotal": 126000000, "MemAvailable": 1048576, "Cached": 2097152}
+
+
+def test_largest_processes_and_the_report(tmp_path):
+    for pid, rss, argv, comm in ((10, 262144, b"/opt/vllm/bin/python\0-m\0vllm\0", "python"),
+                                 (11, 1024, b"sshd\0", "sshd"), (12, 0, b"", "kthreadd"), (13, 524288, b"", "ollama")):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "statm").write_text("999 %d 0 0 0 0 0\n" % rss)
+        (tmp_path / str(pid) / "cmdline").write_bytes(argv)
+        (tmp_path / str(pid) / "comm").write_text(comm + "\n")
+    top = memory.largest_processes(str(tmp_path), count=2, page=4096)
+    assert top == [{"pid": 13, "rss_kb": 2097152, "command": "[ollama]"},
+                   {"pid": 10, "rss_kb": 1048576, "command": "/opt/vllm/bin/python -m vllm"}]
+    line = memory.report({"MemAvailable": 1048576, "MemTotal": 126000000 // 1024 * 1024, "Cached": 100 * 1048576,
+                          "Dirty": 1048576}, top, 119808)
+    assert line.startswith("MemAvailable 1.0 GiB of MemTotal ") and "expected at least 117.0 GiB" in line
+    assert "page cache (Cached) 100.0 GiB, of it dirty 1.0 GiB" in line and "[ollama] (pid 13) 2.0 GiB" in line

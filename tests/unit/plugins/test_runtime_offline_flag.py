@@ -1,0 +1,65 @@
+# -*- coding: utf-8 -*-
+"""The runtime's HF_HUB_OFFLINE comes from the record the checkpoint role leaves on the node
+(roles/runtime/vars/main.yml), not from a fact of a play that may not have run: a tag-limited run
+(--tags runtime, service) then renders what a full run renders. Evaluated by ansible-playbook on
+localhost with the role's real defaults and vars."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+REV = "9e165c30e2704aec5d9d593cce3eebd58bbef1cb"
+MODEL = "deepseek-ai/DeepSeek-V4-Flash-0731"
+
+
+def record(**over):
+    data = {"repo_id": MODEL, "revision": REV, "verified_all": True, "nodes": ["spark-head", "spark-worker"],
+            "hub_cache": "/srv/hub", "fingerprint": "f" * 64}
+    data.update(over)
+    return {"content": base64.b64encode(json.dumps(data).encode()).decode()}
+
+
+CASES = [
+    ("the record names the served model and revision", {"__runtime_checkpoint_record_read": record()}, True),
+    ("no record (the checkpoint role never verified every node)", {"__runtime_checkpoint_record_read": {}}, False),
+    ("a record of another revision (a pin change not verified yet)",
+     {"__runtime_checkpoint_record_read": record(revision="4c7d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d")}, False),
+    ("a withheld record", {"__runtime_checkpoint_record_read": record(verified_all=False)}, False),
+    ("the checkpoint role disabled", {"__runtime_checkpoint_record_read": record(), "checkpoint_enabled": False}, False),
+    ("the knob overrides", {"__runtime_checkpoint_record_read": record(), "runtime_vllm_hf_hub_offline": False}, False),
+    ("a stale fact of another play does not count",
+     {"__runtime_checkpoint_record_read": {}, "checkpoint_verified_all": True}, False),
+]
+
+
+@pytest.mark.skipif(shutil.which("ansible-playbook") is None and not os.path.exists(
+    os.path.join(os.path.dirname(sys.executable), "ansible-playbook")), reason="ansible-playbook not installed")
+def test_offline_flag_follows_the_node_record(tmp_path):
+    tasks = []
+    for name, variables, expected in CASES:
+        tasks.append({"name": name, "vars": variables, "ansible.builtin.assert": {
+            "that": ["(__runtime_hf_hub_offline | bool) == %s" % expected], "quiet": True,
+            "fail_msg": "%s: got {{ __runtime_hf_hub_offline }}" % name}})
+    tasks.append({"name": "the hub cache follows the record too", "vars": {"__runtime_checkpoint_record_read": record()},
+                  "ansible.builtin.assert": {"that": ["__runtime_hub_cache == '/srv/hub'"], "quiet": True}})
+    play = [{"hosts": "localhost", "gather_facts": False, "connection": "local",
+             "vars_files": [os.path.join(ROOT, "roles/runtime/defaults/main.yml"),
+                            os.path.join(ROOT, "roles/runtime/vars/main.yml")],
+             "tasks": tasks}]
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(json.dumps(play))
+    binary = shutil.which("ansible-playbook") or os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, "collections"),
+               ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run([binary, "-i", "localhost,", str(playbook)], capture_output=True, text=True, env=env,
+                          timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert proc.stdout.count("ok: [localhost]") == len(CASES) + 1

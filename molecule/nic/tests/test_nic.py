@@ -36,7 +36,7 @@ def test_env_file_matches_the_live_gid_table(host):
                if "=" in line and not line.startswith("#"))
     assert env["NCCL_IB_GID_INDEX"] == _live_index(host, ipv4)
     assert env["VLLM_HOST_IP"] == ipv4
-    assert env["NCCL_IB_HCA"] == "=rocep1s0f1"
+    assert env["NCCL_IB_HCA"] == "=rocep1s0f1,roceP2p1s0f1"
     assert env["NCCL_SOCKET_IFNAME"] == "=enp1s0f1np1"
     assert env["GLOO_SOCKET_IFNAME"] == env["TP_SOCKET_IFNAME"] == "enp1s0f1np1"
 

@@ -294,25 +294,40 @@ def default_hcas(hostname: str, rails: list[dict[str, Any]]) -> list[dict[str, A
 
 # -------------------------------------------------------------------------- boot
 
-def _move_pairs(port: dict[str, Any], rng: random.Random) -> list[str]:
-    """Give every IPv4 pair of an up port a new v2 index (v1 just below it)."""
+def _move_pairs(port: dict[str, Any], new_v2_of: dict[int, int]) -> list[str]:
+    """Give every IPv4 pair of an up port the new v2 index ``new_v2_of[old v2]`` (v1 just below it)."""
     pairs = ipv4_pairs_of(port.get("gids", []))
     if port.get("state") != "up" or not pairs or not port.get("mac"):
         return []
-    used: set[int] = set()
     moved = []
     lines = []
     for ipv4, _, old_v2 in pairs:
-        choices = [i for i in range(3, MAX_MOVED_V2_INDEX + 1)
-                   if i != old_v2 and i not in used and i - 1 not in used]
-        new_v2 = rng.choice(choices)
-        used.update((new_v2, new_v2 - 1))
+        new_v2 = new_v2_of[old_v2]
         moved.append((ipv4, new_v2 - 1, new_v2))
         lines.append("RoCE v2 GID of %s moved from index %d to %d" % (ipv4, old_v2, new_v2))
     link_local = [e for e in port["gids"] if int(e["index"]) in (0, 1)]
     rebuilt = build_gid_table(port.get("netdev") or "", port["mac"], moved)
     port["gids"] = link_local + [e for e in rebuilt if int(e["index"]) >= 2]
     return lines
+
+
+def _new_indices(state: dict[str, Any], rng: random.Random) -> dict[int, int]:
+    """One move for the whole node: old v2 index -> new v2 index, the same on every port.
+
+    The PCIe twins of a cage get their addresses the same way at boot, so their
+    GID tables move in step (NCCL_IB_GID_INDEX is one index for every device).
+    """
+    olds = sorted({pair[2] for hca in state.get("hcas", []) for port in hca.get("ports", [])
+                   if port.get("state") == "up" for pair in ipv4_pairs_of(port.get("gids", []))})
+    used: set[int] = set()
+    new_of: dict[int, int] = {}
+    for old_v2 in olds:
+        choices = [i for i in range(3, MAX_MOVED_V2_INDEX + 1)
+                   if i not in olds and i not in used and i - 1 not in used and i + 1 not in used]
+        new_v2 = rng.choice(choices)
+        used.update((new_v2, new_v2 - 1))
+        new_of[old_v2] = new_v2
+    return new_of
 
 
 def _recover_throttle(port: dict[str, Any], cables_seated: bool) -> list[str]:
@@ -327,16 +342,18 @@ def apply_boot(state: dict[str, Any], rng: random.Random) -> list[str]:
 
     - ``state["boot"]["reshuffle_gids"]``: every up port's IPv4 GID pair moves
       (new v2 index in 3..11, never the old one; v1 just below; link-local
-      stays at 0/1; IPv6 fillers are rebuilt around it).
+      stays at 0/1; IPv6 fillers are rebuilt around it), every port of the node
+      by the same move (the twins keep one common index).
     - a throttled port recovers only if ``state["cables_seated"]`` and not
       ``throttle_persists`` (that one needs an AC power cycle).
     """
     reshuffle = bool(state.get("boot", {}).get("reshuffle_gids"))
     cables_seated = bool(state.get("cables_seated", True))
+    new_v2_of = _new_indices(state, rng) if reshuffle else {}
     lines: list[str] = []
     for hca in state.get("hcas", []):
         for port in hca.get("ports", []):
-            changes = _move_pairs(port, rng) if reshuffle else []
+            changes = _move_pairs(port, new_v2_of) if reshuffle else []
             changes += _recover_throttle(port, cables_seated)
             where = "%s port %s (%s)" % (hca["name"], port.get("port"), port.get("netdev"))
             lines += ["%s: %s" % (where, change) for change in changes]

@@ -133,14 +133,13 @@ def test_no_reshuffle_no_change() -> None:
 @pytest.mark.parametrize(("seated", "persists", "recovers"),
                          [(True, False, True), (False, False, False), (True, True, False), (False, True, False)])
 def test_throttle_recovery(seated: bool, persists: bool, recovers: bool) -> None:
-    state = _state(boot={"count": 2, "reshuffle_gids": False}, cables_seated=seated)
-    port = _port(state["hcas"], "enp1s0f1np1")
-    port.update(throttled=True, throttle_persists=persists)
+    state = _state(boot={"count": 2, "reshuffle_gids": False}, cables_seated=seated,
+                   nic={"throttled": True, "throttle_persists": persists})
     lines = rdma.apply_boot(state, random.Random(0))
-    assert port["throttled"] is (not recovers)
+    assert state["nic"]["throttled"] is (not recovers)
     assert bool(lines) is recovers
     if recovers:
-        assert lines == ["rocep1s0f1 port 1 (enp1s0f1np1): throttle cleared, link re-initialised (98.0 Gb/s again)"]
+        assert lines == ["ConnectX-7: throttle cleared, links re-initialised with the cables seated"]
 
 
 # ----------------------------------------------------------------- write_sysfs

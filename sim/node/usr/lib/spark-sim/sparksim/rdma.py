@@ -241,8 +241,6 @@ def _spark_port(netdev: str, mac: str, rail: dict[str, Any] | None) -> dict[str,
         "cable": bool(rail),
         "speed_mbps": 200000,
         "lanes": 4,
-        "throttled": False,
-        "throttle_persists": False,
         "bw_gbps": 98.0,
         "mtu": int(rail.get("mtu", 9000)) if rail else 1500,
         "mac": mac,
@@ -330,11 +328,11 @@ def _new_indices(state: dict[str, Any], rng: random.Random) -> dict[int, int]:
     return new_of
 
 
-def _recover_throttle(port: dict[str, Any], cables_seated: bool) -> list[str]:
-    if not port.get("throttled") or not cables_seated or port.get("throttle_persists"):
+def _recover_throttle(nic: dict[str, Any], cables_seated: bool) -> list[str]:
+    if not nic.get("throttled") or not cables_seated or nic.get("throttle_persists"):
         return []
-    port["throttled"] = False
-    return ["throttle cleared, link re-initialised (%s Gb/s again)" % port.get("bw_gbps")]
+    nic["throttled"] = False
+    return ["ConnectX-7: throttle cleared, links re-initialised with the cables seated"]
 
 
 def apply_boot(state: dict[str, Any], rng: random.Random) -> list[str]:
@@ -344,8 +342,9 @@ def apply_boot(state: dict[str, Any], rng: random.Random) -> list[str]:
       (new v2 index in 3..11, never the old one; v1 just below; link-local
       stays at 0/1; IPv6 fillers are rebuilt around it), every port of the node
       by the same move (the twins keep one common index).
-    - a throttled port recovers only if ``state["cables_seated"]`` and not
-      ``throttle_persists`` (that one needs an AC power cycle).
+    - a throttled NIC (``state["nic"]["throttled"]``: every port of the node)
+      recovers only if ``state["cables_seated"]`` and not ``throttle_persists``
+      (that one needs an AC power cycle).
     """
     reshuffle = bool(state.get("boot", {}).get("reshuffle_gids"))
     cables_seated = bool(state.get("cables_seated", True))
@@ -354,10 +353,9 @@ def apply_boot(state: dict[str, Any], rng: random.Random) -> list[str]:
     for hca in state.get("hcas", []):
         for port in hca.get("ports", []):
             changes = _move_pairs(port, new_v2_of) if reshuffle else []
-            changes += _recover_throttle(port, cables_seated)
             where = "%s port %s (%s)" % (hca["name"], port.get("port"), port.get("netdev"))
             lines += ["%s: %s" % (where, change) for change in changes]
-    return lines
+    return lines + _recover_throttle(state.get("nic") or {}, cables_seated)
 
 
 # ------------------------------------------------------------------ sysfs writer
@@ -565,6 +563,12 @@ def _pci_entries(hcas: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             "vendor": "%s\n" % hca.get("pci_vendor_id", MELLANOX_VENDOR),
             "device": "%s\n" % _device_id(hca),
             "resource": _pci_resource(pci),
+            # the PCIe link of the function (pci_speed_string / pcie_link_width): Gen5 x4 on a Spark;
+            # "pcie_link_width": 2 models the early GX10 BIOS that wired the second controller at x2
+            "current_link_speed": "%s\n" % hca.get("pcie_link_speed", "32.0 GT/s PCIe"),
+            "current_link_width": "%d\n" % int(hca.get("pcie_link_width", 4)),
+            "max_link_speed": "32.0 GT/s PCIe\n",
+            "max_link_width": "4\n",
         }})
         if hca.get("vpd"):
             entry["files"]["vpd"] = vpd_bytes(hca["vpd"])

@@ -116,8 +116,9 @@ def test_reshuffle_moves_every_ipv4_pair_and_keeps_the_rest(seed: int) -> None:
 @pytest.mark.parametrize("seed", range(8))
 def test_reshuffle_moves_the_twins_in_step(seed: int) -> None:
     """Both twins of a cage keep one common v2 index (NCCL_IB_GID_INDEX is one index for every HCA)."""
-    state = _state(hcas=rdma.default_hcas("spark-head", [{"netdev": "enp1s0f1np1", "ipv4": "192.168.100.1", "gid_index_v2": 6},
-                                                          {"netdev": "enP2p1s0f1np1", "ipv4": "192.168.105.1", "gid_index_v2": 6}]))
+    twins = [{"netdev": "enp1s0f1np1", "ipv4": "192.168.100.1", "gid_index_v2": 6},
+             {"netdev": "enP2p1s0f1np1", "ipv4": "192.168.105.1", "gid_index_v2": 6}]
+    state = _state(hcas=rdma.default_hcas("spark-head", twins))
     rdma.apply_boot(state, random.Random(seed))
     new = {rdma.ipv4_pairs_of(_port(state["hcas"], netdev)["gids"])[0][2] for netdev in ("enp1s0f1np1", "enP2p1s0f1np1")}
     assert len(new) == 1 and new != {6}

@@ -18,11 +18,11 @@ description:
     from sysfs, and lists what is wrong.
   - Reads the PCIe link of each rail's PCI function (C(current_link_speed), C(current_link_width) under
     C(<pcie_sysfs_root>/class/net/<netdev>/device/)); a healthy Spark twin is 32.0 GT/s x4. x2 is the early GX10
-    BIOS wiring of the second controller: a warning that says so, not a problem.
+    BIOS wiring of the second controller, reported as a warning that says so, not as a problem.
   - A probe tool that exits non-zero or reports an error (ibstat's C(ibpanic)) is a problem of the rails it
-    concerns even when it printed some output (a panic naming a device: that device's rail; otherwise every rail).
+    concerns even when it printed some output (a panic naming a device fails that device's rail, any other every rail).
   - Reports the mlx5 "Detected insufficient power on the PCIe slot (27W)" kernel lines (C(journalctl -k -b))
-    keyed by PCI address, as information only: the line prints on healthy Sparks too.
+    keyed by PCI address, as information only (the line prints on healthy Sparks too).
   - A link that passes every check can still be stale-initialised (about 13 Gb/s whatever the load);
     only a bandwidth test shows that (M(dgxspark.cluster.ib_write_bw)).
   - Read-only; runs in check mode.

@@ -24,7 +24,6 @@ rail, MsgRate 0.176554 = 92.57e9/8/65536/1e6) and eugr/spark-vllm-docker docs/NE
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import socket

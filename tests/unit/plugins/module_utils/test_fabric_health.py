@@ -87,7 +87,7 @@ def test_two_throttled_nodes_are_rebooted_one_at_a_time():
     """Issue 19's claim: nic_reboot_ok with two throttled nodes reboots one at a time, each once."""
     results = measured(PAIR, [H, W])
     order = []
-    for _ in range(3):
+    for _round in range(3):
         verdict = bandwidth_verdict(results, 80, H, [W], rebooted=order, reboot_ok=True)
         if verdict["action"] != "reboot":
             break

@@ -58,7 +58,7 @@ def test_serving_standin_resolved_at_boot(host):
 @pytest.fixture(scope="module")
 def nic_measurement():
     """The nic role's own measurement (site.yml --tags nic_probe,nic_bandwidth), not a stand-in figure."""
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(PROJECT, "ansible.cfg"),
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_CONFIG=os.path.join(PROJECT, "ansible.cfg"),
                ANSIBLE_COLLECTIONS_PATH=os.path.join(PROJECT, "collections"))
     return subprocess.run(["ansible-playbook", os.path.join(PROJECT, "site.yml"), "-i", os.path.join(SCENARIO, "inventory"),
                            "--tags", "nic_probe,nic_bandwidth"], env=env, capture_output=True, text=True, check=False)
@@ -68,7 +68,8 @@ def test_rails_are_healthy_again(host, nic_measurement):
     """Every direction of both rails, node to node, at a healthy figure (no ~13 Gb/s), measured by the role."""
     assert nic_measurement.returncode == 0, nic_measurement.stdout[-3000:]
     me = host.backend.get_hostname()
-    figures = re.findall(r"rail (\d) \((\S+)\) (\S+) -> (\S+) (\d+\.\d+) Gb/s", nic_measurement.stdout)
+    flat = " ".join(nic_measurement.stdout.split())          # the report is wrapped at the terminal width
+    figures = re.findall(r"rail (\d) \((\S+)\) (\S+) -> (\S+) (\d+\.\d+) Gb/s", flat)
     mine = [f for f in figures if me in (f[2], f[3])]
     assert {(f[0], f[2] == me) for f in mine} == {("0", True), ("0", False), ("1", True), ("1", False)}, figures
     assert min(float(f[4]) for f in mine) >= 80.0, figures

@@ -6,6 +6,7 @@ measurement finds every rail healthy again."""
 import os
 import re
 import subprocess
+import sys
 
 import pytest
 import yaml
@@ -60,7 +61,9 @@ def nic_measurement():
     """The nic role's own measurement (site.yml --tags nic_probe,nic_bandwidth), not a stand-in figure."""
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_CONFIG=os.path.join(PROJECT, "ansible.cfg"),
                ANSIBLE_COLLECTIONS_PATH=os.path.join(PROJECT, "collections"))
-    return subprocess.run(["ansible-playbook", os.path.join(PROJECT, "site.yml"), "-i", os.path.join(SCENARIO, "inventory"),
+    local = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+    playbook = local if os.path.exists(local) else "ansible-playbook"
+    return subprocess.run([playbook, os.path.join(PROJECT, "site.yml"), "-i", os.path.join(SCENARIO, "inventory"),
                            "--tags", "nic_probe,nic_bandwidth"], env=env, capture_output=True, text=True, check=False)
 
 

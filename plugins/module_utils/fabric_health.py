@@ -107,10 +107,10 @@ def _label(measure):
 def bandwidth_verdict(results, healthy_gbps, head, workers, rebooted=(), reboot_ok=False):
     """What to do after one round of measurements.
 
-    ``results``: the plan's items with ``gbps`` (None when the measurement failed, counted as slow).
+    ``results``: the plan's items with ``gbps`` (None when the measurement failed, with ``error``).
     ``rebooted``: nodes already rebooted for this fault (their boot is the one a throttle reboot started).
 
-    Returns ``{"action": "ok" | "reboot" | "reboot_needed" | "operator", "reboot": host or None,
+    Returns ``{"action": "ok" | "reboot" | "reboot_needed" | "operator" | "error", "reboot": host or None,
     "slow": [labels], "report": "rail 0 (enp1s0f1np1) a -> b 13.1 Gb/s, ...", "msg": text}``.
 
     Order: a node whose every link is slow first (with N nodes that names the throttled one), then the
@@ -123,6 +123,12 @@ def bandwidth_verdict(results, healthy_gbps, head, workers, rebooted=(), reboot_
                        for r in results)
     slow = [r for r in results if r.get("gbps") is None or r["gbps"] < healthy_gbps]
     verdict = {"action": "ok", "reboot": None, "slow": [_label(r) for r in slow], "report": report, "msg": ""}
+    failed = [r for r in results if r.get("gbps") is None]
+    if failed:
+        # a measurement that could not run is no throttle: never a reboot for it
+        verdict.update(action="error", msg="could not measure %s" % "; ".join(
+            "%s: %s" % (_label(r), r.get("error") or "no figure") for r in failed))
+        return verdict
     if not slow:
         return verdict
     links = {}

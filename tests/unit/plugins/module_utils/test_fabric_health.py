@@ -95,11 +95,12 @@ def test_two_throttled_nodes_are_rebooted_one_at_a_time():
     assert order == [W, H] and verdict["action"] == "operator"
 
 
-def test_a_failed_measurement_counts_as_slow():
-    results = measured(PAIR, [])
-    results[0]["gbps"] = None
-    verdict = bandwidth_verdict(results, 80, H, [W], reboot_ok=False)
-    assert verdict["action"] == "reboot_needed" and "no figure" in verdict["msg"]
+def test_a_failed_measurement_fails_and_never_reboots():
+    results = measured(PAIR, [W])
+    results[0].update(gbps=None, error="ib_write_bw exited 1 on device rocep1s0f1: Couldn't connect to 192.168.100.1:18515")
+    verdict = bandwidth_verdict(results, 80, H, [W], reboot_ok=True)
+    assert verdict["action"] == "error" and verdict["reboot"] is None
+    assert "could not measure rail 0 (enp1s0f1np1) spark-worker -> spark-head: ib_write_bw exited 1" in verdict["msg"]
 
 
 @pytest.mark.parametrize(("speed", "width", "problems", "warnings"), [

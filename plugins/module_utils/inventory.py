@@ -31,6 +31,9 @@ SYSTEM_DIRS = ("etc", "usr", "bin", "sbin", "boot", "proc", "sys", "dev", "run",
 SYSTEM_DIRS_SHOWN = SYSTEM_DIRS[:4] + ("lib*",) + SYSTEM_DIRS[4:]
 # Path knobs where "" means "derived" or "none".
 EMPTY_PATHS = ("runtime_hf_hub_cache", "checkpoint_ca_bundle")
+# Paths the collection only reads below (never creates, chowns or writes): a top-level system directory is their
+# normal value (nic_pcie_sysfs_root: /sys).
+READ_ONLY_ROOTS = ("nic_pcie_sysfs_root",)
 SECRET_SUFFIXES = ("_token", "_api_key", "_password")
 _LIB_RE = re.compile(r"^lib(32|64|x32)?$")
 _PATH_RE = re.compile(r"^/[A-Za-z0-9._/+@=,-]*$")
@@ -219,7 +222,7 @@ def _bounds_text(low, high):
     return "at most %s" % (high,)
 
 
-def path_problem(value, allow_empty=False):
+def path_problem(value, allow_empty=False, read_only=False):
     """What is wrong with a path knob's value (a phrase), or None.
 
     >>> path_problem("/var/lib/dgxspark/huggingface/hub") is None
@@ -242,7 +245,7 @@ def path_problem(value, allow_empty=False):
     parts = value.split("/")[1:]
     if value.endswith("/") or "" in parts or "." in parts or ".." in parts:
         return "not normalised (no ., .., doubled or trailing slash)"
-    if len(parts) == 1 and (parts[0] in SYSTEM_DIRS or _LIB_RE.match(parts[0])):
+    if len(parts) == 1 and (parts[0] in SYSTEM_DIRS or _LIB_RE.match(parts[0])) and not read_only:
         return "a top-level system directory"
     return None
 
@@ -251,7 +254,7 @@ def value_problem(name, spec, value):
     """Character-set and path problems of one (type-correct) value, as a phrase, or None."""
     kind = spec.get("type", "str")
     if kind == "path":
-        return path_problem(value, name in EMPTY_PATHS)
+        return path_problem(value, name in EMPTY_PATHS, name in READ_ONLY_ROOTS)
     items = value if kind == "list" and spec.get("elements") == "str" else [value]
     for item in items:
         if not isinstance(item, str):

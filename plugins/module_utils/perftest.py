@@ -35,8 +35,9 @@ client side of a DGX Spark RoCE run with ``--report_gbits``::
 
 The two-column info lines are separated by two TABs, ``rdma_cm QPs`` by one;
 the server prints a ``* Waiting for client to connect... *`` banner first and
-no ``TX depth``. Without ``--report_gbits`` the unit is ``MB/sec`` (MiB/s,
-2^20 bytes: Gb/s = MB/s * 2^20 * 8 / 10^9, perftest's "factor 119.2"). ``-a``
+no ``TX depth``. Without ``--report_gbits`` the unit is ``MiB/sec`` (perftest
+6.22 and later; ``MB/sec`` before, the same 2^20 bytes: Gb/s = MiB/s * 2^20 *
+8 / 10^9, perftest's "factor 119.2"); ``unit`` keeps the spelling printed. ``-a``
 and ``--run_infinitely`` print one row per size or interval; ``--cpu_util``
 adds a sixth column. GID bytes are printed in decimal.
 
@@ -59,8 +60,9 @@ MIB_PER_GB = 1e9 / (1048576 * 8)
 
 _CLEAN = re.compile(u"[\u00a0\u2007\u202f\r\t]")
 _PREFIX = re.compile(r"^\s*(?:(?:#|>|\$|%)(?=\s)\s*)+")
-_UNIT = re.compile(r"BW\s*average\s*\[\s*(Gb|MB)\s*/\s*sec\s*\]", re.IGNORECASE)
-_PEAK_UNIT = re.compile(r"BW\s*peak\s*\[\s*(Gb|MB)\s*/\s*sec\s*\]", re.IGNORECASE)
+_UNIT = re.compile(r"BW\s*average\s*\[\s*(Gb|MiB|MB)\s*/\s*sec\s*\]", re.IGNORECASE)
+_PEAK_UNIT = re.compile(r"BW\s*peak\s*\[\s*(Gb|MiB|MB)\s*/\s*sec\s*\]", re.IGNORECASE)
+_UNITS = {'gb': 'Gb/sec', 'mib': 'MiB/sec', 'mb': 'MB/sec'}
 _INT = re.compile(r"^\d+$")
 _FLOAT = re.compile(r"^\d+(?:\.\d+)?$")
 _TEST = re.compile(r"^\s*((?:RDMA_Write|RDMA_Read|Send|RDMA_Write_imm|Atomic)[\w ]*?(?:BW|Latency)[\w ]*?Test)\s*$")
@@ -92,12 +94,16 @@ _INT_KEYS = ('qps', 'tx_depth', 'cq_moderation', 'mtu', 'gid_index', 'max_inline
 
 
 def to_gbps(value, unit):
-    """A perftest bandwidth figure in Gb/s (10^9 bit/s): ``unit`` is ``Gb/sec`` or ``MB/sec`` (MiB/s)."""
+    """A perftest bandwidth figure in Gb/s (10^9 bit/s): ``unit`` is ``Gb/sec``, ``MiB/sec`` or ``MB/sec``.
+
+    ``MB/sec`` (perftest before 6.22) and ``MiB/sec`` (6.22 on, commit 1d202bb "Display proper
+    unit for MiB/sec results", March 2024) are the same unit, 2^20 bytes per second.
+    """
     if unit == 'Gb/sec':
         return float(value)
-    if unit == 'MB/sec':
+    if unit in ('MiB/sec', 'MB/sec'):
         return float(value) / MIB_PER_GB
-    raise ValueError("unknown ib_write_bw unit %r (expected 'Gb/sec' or 'MB/sec')" % (unit,))
+    raise ValueError("unknown ib_write_bw unit %r (expected 'Gb/sec', 'MiB/sec' or 'MB/sec')" % (unit,))
 
 
 def _lines(text):
@@ -233,12 +239,12 @@ def parse_ib_write_bw(text, default_unit=None):
     joined = u" ".join(lines)
     match = _UNIT.search(joined) or _PEAK_UNIT.search(joined)
     if match:
-        unit = 'Gb/sec' if match.group(1).lower() == 'gb' else 'MB/sec'
-    elif default_unit in ('Gb/sec', 'MB/sec'):
+        unit = _UNITS[match.group(1).lower()]
+    elif default_unit in ('Gb/sec', 'MiB/sec', 'MB/sec'):
         unit = default_unit
     else:
         raise ValueError("ib_write_bw output has %d result row(s) but no column header naming the unit "
-                         "(BW average[Gb/sec] or BW average[MB/sec])" % len(rows))
+                         "(BW average[Gb/sec], BW average[MiB/sec] or BW average[MB/sec])" % len(rows))
     last = rows[-1]
     result.update(last)
     result['rows'] = rows

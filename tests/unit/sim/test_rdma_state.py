@@ -113,6 +113,17 @@ def test_reshuffle_moves_every_ipv4_pair_and_keeps_the_rest(seed: int) -> None:
         assert _port(state["hcas"], netdev) == _port(before, netdev)
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_reshuffle_moves_the_twins_in_step(seed: int) -> None:
+    """Both twins of a cage keep one common v2 index (NCCL_IB_GID_INDEX is one index for every HCA)."""
+    twins = [{"netdev": "enp1s0f1np1", "ipv4": "192.168.100.1", "gid_index_v2": 6},
+             {"netdev": "enP2p1s0f1np1", "ipv4": "192.168.105.1", "gid_index_v2": 6}]
+    state = _state(hcas=rdma.default_hcas("spark-head", twins))
+    rdma.apply_boot(state, random.Random(seed))
+    new = {rdma.ipv4_pairs_of(_port(state["hcas"], netdev)["gids"])[0][2] for netdev in ("enp1s0f1np1", "enP2p1s0f1np1")}
+    assert len(new) == 1 and new != {6}
+
+
 def test_no_reshuffle_no_change() -> None:
     state = _state(boot={"count": 2, "reshuffle_gids": False, "seed": 0})
     before = copy.deepcopy(state)
@@ -123,14 +134,13 @@ def test_no_reshuffle_no_change() -> None:
 @pytest.mark.parametrize(("seated", "persists", "recovers"),
                          [(True, False, True), (False, False, False), (True, True, False), (False, True, False)])
 def test_throttle_recovery(seated: bool, persists: bool, recovers: bool) -> None:
-    state = _state(boot={"count": 2, "reshuffle_gids": False}, cables_seated=seated)
-    port = _port(state["hcas"], "enp1s0f1np1")
-    port.update(throttled=True, throttle_persists=persists)
+    state = _state(boot={"count": 2, "reshuffle_gids": False}, cables_seated=seated,
+                   nic={"throttled": True, "throttle_persists": persists})
     lines = rdma.apply_boot(state, random.Random(0))
-    assert port["throttled"] is (not recovers)
+    assert state["nic"]["throttled"] is (not recovers)
     assert bool(lines) is recovers
     if recovers:
-        assert lines == ["rocep1s0f1 port 1 (enp1s0f1np1): throttle cleared, link re-initialised (98.0 Gb/s again)"]
+        assert lines == ["ConnectX-7: throttle cleared, links re-initialised with the cables seated"]
 
 
 # ----------------------------------------------------------------- write_sysfs

@@ -112,3 +112,28 @@ def test_down_removes_leftovers_of_a_failed_run(tmp_path, clean_networks):
     assert docker("network", "inspect", "%s-fabric0" % NAME, check=False).returncode != 0
     assert docker("container", "inspect", "%s-spark-head" % NAME, check=False).returncode != 0
     docker("image", "rm", "%s-empty:latest" % NAME, check=False)
+
+
+def test_an_unknown_fault_names_the_known_ones(tmp_path):
+    proc = sim(write_inventory(tmp_path), "fault", "spark-worker", "throttled")
+    assert proc.returncode == 1
+    assert "unknown fault 'throttled'; known: throttled-link, throttled-link-persistent, clear" in proc.stderr
+
+
+def test_a_fault_on_an_unknown_host_is_named(tmp_path):
+    proc = sim(write_inventory(tmp_path), "fault", "spark-ghost", "throttled-link")
+    assert proc.returncode == 1
+    assert "no host spark-ghost in inventory" in proc.stderr and "spark-head, spark-worker" in proc.stderr
+
+
+def test_faults_are_state_edits_that_clear_undoes():
+    """The table of named faults: each sets only the node NIC's throttle keys, and `clear` resets exactly those."""
+    import importlib.machinery
+    import importlib.util
+    loader = importlib.machinery.SourceFileLoader("spark_sim_cli", str(CLI))
+    spec = importlib.util.spec_from_loader("spark_sim_cli", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    keys = {item.split("=")[0] for sets in module.FAULTS.values() for item in sets}
+    assert keys == {item.split("=")[0] for item in module.CLEAR} == {"nic.throttled", "nic.throttle_persists"}
+    assert "nic.throttled=true" in module.FAULTS["throttled-link"] and "nic.throttle_persists=true" in module.FAULTS["throttled-link-persistent"]

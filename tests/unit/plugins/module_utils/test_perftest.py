@@ -265,3 +265,40 @@ def test_to_gbps():
     assert to_gbps(11682.0, 'MB/sec') == pytest.approx(98.0, abs=0.01)
     with pytest.raises(ValueError):
         to_gbps(1, 'KB/sec')
+
+
+# perftest 6.22+ (commit 1d202bb, March 2024): RESULT_FMT of src/perftest_parameters.h says MiB/sec
+MIB_FORM = (
+    "---------------------------------------------------------------------------------------\n"
+    "                    RDMA_Write BW Test\n"
+    " Dual-port       : OFF\t\tDevice         : rocep1s0f1\n"
+    " Number of qps   : 1\t\tTransport type : IB\n"
+    " Connection type : RC\t\tUsing SRQ      : OFF\n"
+    " PCIe relax order: ON\t\tLock-free      : OFF\n"
+    " ibv_wr* API     : ON\t\tUsing DDP      : OFF\n"
+    " TX depth        : 128\n"
+    " CQ Moderation   : 1\n"
+    " Mtu             : 4096[B]\n"
+    " Link type       : Ethernet\n"
+    " GID index       : 3\n"
+    " Max inline data : 0[B]\n"
+    " rdma_cm QPs\t : OFF\n"
+    " Data ex. method : Ethernet\n"
+    "---------------------------------------------------------------------------------------\n"
+    " #bytes     #iterations    BW peak[MiB/sec]    BW average[MiB/sec]   MsgRate[Mpps]\n"
+    " 65536      373584           0.00               11682.12\t\t   0.186914\n"
+    "---------------------------------------------------------------------------------------\n"
+)
+
+
+def test_mib_per_sec_form_of_current_perftest():
+    result = parse_ib_write_bw(MIB_FORM)
+    assert result['unit'] == 'MiB/sec'
+    assert result['gbps_average'] == pytest.approx(98.0, abs=0.01)
+    assert result['device'] == 'rocep1s0f1' and result['gid_index'] == 3
+
+
+def test_mib_header_missing_uses_the_default_unit():
+    rows_only = " 65536      373584           0.00               11682.12\t\t   0.186914\n"
+    assert parse_ib_write_bw(rows_only, default_unit='MiB/sec')['gbps_average'] == pytest.approx(98.0, abs=0.01)
+    assert to_gbps(11682.0, 'MiB/sec') == pytest.approx(98.0, abs=0.01)

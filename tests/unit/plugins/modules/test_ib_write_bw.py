@@ -49,9 +49,9 @@ def make_node(base, name, throttled=False, sysfs=None):
     root = base / name
     root.mkdir()
     hcas = [rdma.default_hcas(name, [{'netdev': 'enp1s0f1np1', 'ipv4': '192.168.100.1'}])[1]]   # rocep1s0f1
-    hcas[0]['ports'][0]['throttled'] = throttled
     hcas[0]['ports'][0]['gid_tbl_len'] = 32          # 256 on a Spark; fewer files to write, indices 0..31 exist
-    state = {'version': 1, 'hostname': name, 'hcas': hcas, 'sysfs_root': sysfs or str(root / 'sys')}
+    state = {'version': 1, 'hostname': name, 'hcas': hcas, 'sysfs_root': sysfs or str(root / 'sys'),
+             'nic': {'throttled': throttled, 'throttle_persists': False}}
     statefile.save(state, str(root / 'state.json'))
     if sysfs is None:
         rdma.write_sysfs(state, str(root / 'sys'))
@@ -127,11 +127,12 @@ def test_loopback_healthy(sim, check_mode):
     assert result['iterations'] > 0 and result['msg_rate_mpps'] > 0.18
 
 
-def test_loopback_names_the_throttled_node(sim):
+def test_loopback_on_a_throttled_node_reads_healthy(sim):
+    """Why the nic role measures node to node: a loopback never reaches the wire (the sim's worst case)."""
     sim('throttled')
     result = run_module(args())
     assert not result.get('failed'), result
-    assert 12.9 <= result['bw_gbps'] <= 13.3
+    assert result['bw_gbps'] > 97
 
 
 def test_client_only_against_a_peer_server(sim, nodes, tmp_path):

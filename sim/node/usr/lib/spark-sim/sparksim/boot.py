@@ -40,6 +40,7 @@ def init_state(hostname: str, rails: list[dict[str, Any]], options: dict[str, An
         },
         "cables_seated": bool(options.get("cables_seated", True)),
         "faults": {},
+        "nic": {"throttled": False, "throttle_persists": False},
         "sysfs_root": statefile.DEFAULT_SYSFS_ROOT,
         "hcas": rdma.default_hcas(hostname, rails),
         "gpu": gpu_state,

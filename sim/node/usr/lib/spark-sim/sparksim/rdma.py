@@ -241,8 +241,6 @@ def _spark_port(netdev: str, mac: str, rail: dict[str, Any] | None) -> dict[str,
         "cable": bool(rail),
         "speed_mbps": 200000,
         "lanes": 4,
-        "throttled": False,
-        "throttle_persists": False,
         "bw_gbps": 98.0,
         "mtu": int(rail.get("mtu", 9000)) if rail else 1500,
         "mac": mac,
@@ -294,19 +292,15 @@ def default_hcas(hostname: str, rails: list[dict[str, Any]]) -> list[dict[str, A
 
 # -------------------------------------------------------------------------- boot
 
-def _move_pairs(port: dict[str, Any], rng: random.Random) -> list[str]:
-    """Give every IPv4 pair of an up port a new v2 index (v1 just below it)."""
+def _move_pairs(port: dict[str, Any], new_v2_of: dict[int, int]) -> list[str]:
+    """Give every IPv4 pair of an up port the new v2 index ``new_v2_of[old v2]`` (v1 just below it)."""
     pairs = ipv4_pairs_of(port.get("gids", []))
     if port.get("state") != "up" or not pairs or not port.get("mac"):
         return []
-    used: set[int] = set()
     moved = []
     lines = []
     for ipv4, _, old_v2 in pairs:
-        choices = [i for i in range(3, MAX_MOVED_V2_INDEX + 1)
-                   if i != old_v2 and i not in used and i - 1 not in used]
-        new_v2 = rng.choice(choices)
-        used.update((new_v2, new_v2 - 1))
+        new_v2 = new_v2_of[old_v2]
         moved.append((ipv4, new_v2 - 1, new_v2))
         lines.append("RoCE v2 GID of %s moved from index %d to %d" % (ipv4, old_v2, new_v2))
     link_local = [e for e in port["gids"] if int(e["index"]) in (0, 1)]
@@ -315,11 +309,30 @@ def _move_pairs(port: dict[str, Any], rng: random.Random) -> list[str]:
     return lines
 
 
-def _recover_throttle(port: dict[str, Any], cables_seated: bool) -> list[str]:
-    if not port.get("throttled") or not cables_seated or port.get("throttle_persists"):
+def _new_indices(state: dict[str, Any], rng: random.Random) -> dict[int, int]:
+    """One move for the whole node: old v2 index -> new v2 index, the same on every port.
+
+    The PCIe twins of a cage get their addresses the same way at boot, so their
+    GID tables move in step (NCCL_IB_GID_INDEX is one index for every device).
+    """
+    olds = sorted({pair[2] for hca in state.get("hcas", []) for port in hca.get("ports", [])
+                   if port.get("state") == "up" for pair in ipv4_pairs_of(port.get("gids", []))})
+    used: set[int] = set()
+    new_of: dict[int, int] = {}
+    for old_v2 in olds:
+        choices = [i for i in range(3, MAX_MOVED_V2_INDEX + 1)
+                   if i not in olds and i not in used and i - 1 not in used and i + 1 not in used]
+        new_v2 = rng.choice(choices)
+        used.update((new_v2, new_v2 - 1))
+        new_of[old_v2] = new_v2
+    return new_of
+
+
+def _recover_throttle(nic: dict[str, Any], cables_seated: bool) -> list[str]:
+    if not nic.get("throttled") or not cables_seated or nic.get("throttle_persists"):
         return []
-    port["throttled"] = False
-    return ["throttle cleared, link re-initialised (%s Gb/s again)" % port.get("bw_gbps")]
+    nic["throttled"] = False
+    return ["ConnectX-7: throttle cleared, links re-initialised with the cables seated"]
 
 
 def apply_boot(state: dict[str, Any], rng: random.Random) -> list[str]:
@@ -327,20 +340,22 @@ def apply_boot(state: dict[str, Any], rng: random.Random) -> list[str]:
 
     - ``state["boot"]["reshuffle_gids"]``: every up port's IPv4 GID pair moves
       (new v2 index in 3..11, never the old one; v1 just below; link-local
-      stays at 0/1; IPv6 fillers are rebuilt around it).
-    - a throttled port recovers only if ``state["cables_seated"]`` and not
-      ``throttle_persists`` (that one needs an AC power cycle).
+      stays at 0/1; IPv6 fillers are rebuilt around it), every port of the node
+      by the same move (the twins keep one common index).
+    - a throttled NIC (``state["nic"]["throttled"]``: every port of the node)
+      recovers only if ``state["cables_seated"]`` and not ``throttle_persists``
+      (that one needs an AC power cycle).
     """
     reshuffle = bool(state.get("boot", {}).get("reshuffle_gids"))
     cables_seated = bool(state.get("cables_seated", True))
+    new_v2_of = _new_indices(state, rng) if reshuffle else {}
     lines: list[str] = []
     for hca in state.get("hcas", []):
         for port in hca.get("ports", []):
-            changes = _move_pairs(port, rng) if reshuffle else []
-            changes += _recover_throttle(port, cables_seated)
+            changes = _move_pairs(port, new_v2_of) if reshuffle else []
             where = "%s port %s (%s)" % (hca["name"], port.get("port"), port.get("netdev"))
             lines += ["%s: %s" % (where, change) for change in changes]
-    return lines
+    return lines + _recover_throttle(state.get("nic") or {}, cables_seated)
 
 
 # ------------------------------------------------------------------ sysfs writer
@@ -548,6 +563,12 @@ def _pci_entries(hcas: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             "vendor": "%s\n" % hca.get("pci_vendor_id", MELLANOX_VENDOR),
             "device": "%s\n" % _device_id(hca),
             "resource": _pci_resource(pci),
+            # the PCIe link of the function (pci_speed_string / pcie_link_width): Gen5 x4 on a Spark;
+            # "pcie_link_width": 2 models the early GX10 BIOS that wired the second controller at x2
+            "current_link_speed": "%s\n" % hca.get("pcie_link_speed", "32.0 GT/s PCIe"),
+            "current_link_width": "%d\n" % int(hca.get("pcie_link_width", 4)),
+            "max_link_speed": "32.0 GT/s PCIe\n",
+            "max_link_width": "4\n",
         }})
         if hca.get("vpd"):
             entry["files"]["vpd"] = vpd_bytes(hca["vpd"])

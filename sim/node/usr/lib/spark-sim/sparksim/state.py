@@ -23,6 +23,11 @@ Schema (version 1)::
       "faults": {                      # injected faults (sim/spark-sim fault HOST NAME | clear; the FAULTS table there)
         "lgc_fails": false             # nvidia-smi -lgc fails (gpu.py LGC_FAULTS; also lgc_unsupported)
       },
+      "nic": {                         # the node's ConnectX-7 as a whole (spark-sim fault HOST throttled-link)
+        "throttled": false,            # stale initialisation: every transfer to or from another node through
+                                       # any of its ports moves ~13 Gb/s (a same-node loopback reads healthy)
+        "throttle_persists": false     # a reboot does not clear it (needs the AC power cycle)
+      },
       "sysfs_root": "/var/lib/spark-sim/sys",   # the stand-in /sys (class/infiniband/...)
       "hcas": [                        # owned by rdma.py; rdma.default_hcas() makes it. The RDMA stand-ins
                                        # (show_gids, ibdev2netdev, ibstat, ethtool) read the sysfs tree that
@@ -38,6 +43,7 @@ Schema (version 1)::
           "node_guid": "0x4cbb4703002e0001",      # OUI + 0300 + NIC part of the MAC
           "sys_image_guid": "0x4cbb4703002e0000", # node GUID of function 0 (rocep1s0f0)
           "pci": "0000:01:00.1",
+          # optional: "pcie_link_speed" ("32.0 GT/s PCIe"), "pcie_link_width" (4; 2 = early GX10 BIOS)
           "vpd": {                     # PCI VPD (null: none, ibdev2netdev -v says NA); ibdev2netdev -v shows
             "id": "NVIDIA ConnectX-7 ...",   # the id string and, from the 4th `strings` line, the part
             "fields": [["PN", "MCX750500B-0D00_Ax"], ["EC", "A1"], ["V2", "MCX750500B-0D00_Ax     "],
@@ -53,8 +59,6 @@ Schema (version 1)::
               "cable": true,           # a DAC is in the cage (ethtool: Port, "No cable" when down)
               "speed_mbps": 200000,    # what ethtool reports; rate "200 Gb/sec (4X HDR)", ibstat "Rate: 200"
               "lanes": 4,
-              "throttled": false,      # stale-initialisation: ~13 Gb/s real bandwidth
-              "throttle_persists": false,  # a reboot does not clear it (needs AC cycle)
               "bw_gbps": 98.0,         # healthy ib_write_bw figure for this rail
               "mtu": 9000,
               "mac": "4c:bb:47:2e:00:01",

@@ -1,0 +1,16 @@
+# -*- coding: utf-8 -*-
+# Copyright: dgxspark.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.dgxspark.cluster.plugins.module_utils.fabric_health import bandwidth_plan, bandwidth_verdict
+
+
+class FilterModule(object):
+    """The nic role's node-to-node bandwidth plan and reboot-order decision."""
+
+    def filters(self):
+        return {"nic_bandwidth_plan": bandwidth_plan, "nic_bandwidth_verdict": bandwidth_verdict}

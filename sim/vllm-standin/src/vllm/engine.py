@@ -299,6 +299,9 @@ class Generation:
         self.corrupt = False
         self.faults = sched.conditions.faults()
         self.runner_up = None
+        self.t_first = 0.0
+        self.rate = 0.0
+        self.created = time.monotonic()
 
     def __enter__(self) -> 'Generation':
         with self.sched.lock:
@@ -320,8 +323,9 @@ class Generation:
             for gen in self.sched.prefilling:
                 gen.peak = max(gen.peak, len(self.sched.prefilling))
         try:
-            if seconds:
-                (stop.wait if stop else time.sleep)(seconds)
+            remaining = self.created + seconds - time.monotonic()     # counted from the request's arrival
+            if remaining > 0:
+                (stop.wait if stop else time.sleep)(remaining)
         finally:
             with self.sched.lock:
                 self.sched.prefilling.remove(self)
@@ -336,9 +340,17 @@ class Generation:
             self.tokens[0] = ALTERNATIVES[0] if self.tokens[0] != ALTERNATIVES[0] else ALTERNATIVES[1]
         return self.tokens
 
-    def decode_pause(self, n_tokens: int) -> float:
-        rate = self.sched.conditions.decode_rate()
-        return n_tokens / rate if rate else 0.0
+    def first_token_sent(self) -> None:
+        self.t_first = time.monotonic()
+        self.rate = self.sched.conditions.decode_rate()
+
+    def pace(self, after_first: int) -> None:
+        """Sleep until ``after_first`` tokens after the first are due (an absolute schedule: no drift)."""
+        if not self.rate:
+            return
+        delay = self.t_first + after_first / self.rate - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
 
 
 def accepted_counts(fraction: float, k: int) -> Iterator[int]:

@@ -82,6 +82,8 @@ class Engine:
         if not tokens:
             return
         yield tokens[:1]
+        if gen is not None:
+            gen.first_token_sent()
         emitted, step = 1, 0
         counts = behaviour.accepted_counts(gen.reply.acceptance, self.k) if gen is not None else None
         while emitted < n_tokens:
@@ -97,9 +99,10 @@ class Engine:
             else:
                 accepted = 0
             take = accepted + 1
-            pause = self.step_seconds + (gen.decode_pause(take) if gen is not None else 0.0)
-            if pause:
-                time.sleep(pause)
+            if self.step_seconds:
+                time.sleep(self.step_seconds)
+            if gen is not None:
+                gen.pace(emitted + take - 1)
             yield tokens[emitted:emitted + take]
             emitted += take
             step += 1

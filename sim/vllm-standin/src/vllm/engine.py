@@ -282,14 +282,14 @@ class Scheduler:
         self.running = 0
         self.prefilling: List['Generation'] = []
 
-    def generation(self, reply: Reply, prompt_tokens: int) -> 'Generation':
-        return Generation(self, reply, prompt_tokens)
+    def generation(self, reply: Reply, prompt_tokens: int, arrived: Optional[float] = None) -> 'Generation':
+        return Generation(self, reply, prompt_tokens, arrived)
 
 
 class Generation:
     """One request through prefill and decode."""
 
-    def __init__(self, sched: Scheduler, reply: Reply, prompt_tokens: int):
+    def __init__(self, sched: Scheduler, reply: Reply, prompt_tokens: int, arrived: Optional[float] = None):
         self.sched = sched
         self.reply = reply
         self.prompt_tokens = prompt_tokens
@@ -301,7 +301,7 @@ class Generation:
         self.runner_up = None
         self.t_first = 0.0
         self.rate = 0.0
-        self.created = time.monotonic()
+        self.created = time.monotonic() if arrived is None else arrived
 
     def __enter__(self) -> 'Generation':
         with self.sched.lock:
@@ -317,7 +317,7 @@ class Generation:
         rate = self.sched.conditions.prefill_rate()
         seconds = self.prompt_tokens / rate if rate else 0.0
         if 'kv-block-corruption' in self.faults and self.reply.kind in ('markers', 'needles'):
-            seconds = max(seconds, 0.3)     # a window in which co-scheduled prefills overlap
+            seconds = max(seconds, 1.0)     # a window in which co-scheduled prefills overlap
         with self.sched.lock:
             self.sched.prefilling.append(self)
             for gen in self.sched.prefilling:

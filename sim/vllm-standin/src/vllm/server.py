@@ -293,6 +293,7 @@ class Handler(BaseHTTPRequestHandler):
                        {'detail': 'Not Found' if path not in ('/health', '/v1/models', '/metrics') else 'Method Not Allowed'})
             return
         chat = path == '/v1/chat/completions'
+        arrived = time.monotonic()
         try:
             body = self._body()
             prompt_tokens = _chat_prompt_tokens(body) if chat else _completion_prompt_tokens(body)
@@ -310,7 +311,7 @@ class Handler(BaseHTTPRequestHandler):
             return
         try:
             model = body.get('model') or self.engine.served_names[0]
-            with self.engine.sched.generation(reply, prompt_tokens) as gen:
+            with self.engine.sched.generation(reply, prompt_tokens, arrived) as gen:
                 if body.get('stream'):
                     include_usage = bool((body.get('stream_options') or {}).get('include_usage'))
                     self._stream(chat, model, prompt_tokens, n_tokens, finish_reason, include_usage, gen, body)

@@ -12,7 +12,7 @@ short_description: Seed 004's sweep of prompt lengths and concurrency against th
 version_added: 0.1.0
 description:
   - For each prompt length and concurrency, O(repeats) rounds of that many streamed chats at once
-    (C(stream_options.include_usage)): TTFT, prefill tok/s, decode tok/s =
+    (C(stream_options.include_usage)) - TTFT, prefill tok/s, decode tok/s =
     (completion_tokens - 1) / (t_last_token - t_first_token) from the usage (tokens, not SSE frames),
     aggregate tok/s (the streams' decode tok/s summed) and the draft acceptance from the
     C(/metrics) deltas; medians with their spread (plugins/module_utils/bench_stats.py).

@@ -54,7 +54,7 @@ import random
 import re
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 TOKEN_RE = re.compile(r'\s*\w+|\s*[^\w\s]')
 MARKER_RE = re.compile(r'BLOCK\s+(\d+)\s+MARKER:\s*([A-Za-z0-9-]+)')
@@ -361,4 +361,3 @@ def accepted_counts(fraction: float, k: int) -> Iterator[int]:
         step += 1
 
 
-Hook = Callable[[int, int], None]

@@ -44,6 +44,10 @@ options:
     description: The checkpoint revision for the folder name when the results carry none.
     type: str
     default: ''
+  image:
+    description: The serving container image (container runtime), appended to the version in the folder name.
+    type: str
+    default: ''
   baseline:
     description: A run folder to compare against.
     type: path
@@ -132,6 +136,7 @@ def main():
             results_dir=dict(type='path'),
             host=dict(type='str', default=''),
             revision=dict(type='str', default=''),
+            image=dict(type='str', default=''),
             baseline=dict(type='path'),
             candidate=dict(type='path'),
             threshold=dict(type='float', default=0.1),
@@ -147,7 +152,11 @@ def main():
         meta = results.setdefault('meta', {})
         stamp = time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())
         revision = meta.get('revision') or p['revision']
-        meta.update(name=bs.run_name(stamp, p['host'], revision, meta.get('version')), host=p['host'], revision=revision)
+        version = meta.get('version') or ''
+        if p['image']:
+            meta['image'] = p['image']
+            version = '%s_%s' % (version, p['image'].rsplit('/', 1)[-1])
+        meta.update(name=bs.run_name(stamp, p['host'], revision, version), host=p['host'], revision=revision)
         folder = os.path.join(p['results_dir'], meta['name'])
         if not module.check_mode:
             try:

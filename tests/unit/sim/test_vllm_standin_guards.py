@@ -181,3 +181,16 @@ def test_benchmark_reads_the_configured_rates_writes_pngs_and_compare_flags_slow
     assert any(line.startswith('REGRESSION decode_tok_s at 1024 tokens x 1') and '(-7' in line for line in out['lines']), out['lines']
     assert (slow_dir / 'compare.md').is_file()
     assert report({'baseline': str(folder), 'candidate': str(folder), 'threshold': 0.1})['regressions'] == []
+
+
+def test_report_names_the_container_image_and_check_mode_writes_nothing(tmp_path):
+    reps = [{'streams': [{'ttft': 0.1, 't_first': 0.1, 't_last': 1.1, 'usage': {'prompt_tokens': 256, 'completion_tokens': 65}}],
+             'acceptance': 0.5, 'tokens_per_step': 3.5}]
+    results = {'meta': {'version': '0.27.1', 'revision': '9e165c30e2704aec5d9d593cce3eebd58bbef1cb'},
+               'cells': [bs.cell(256, 1, reps)]}
+    out = report({'results': results, 'results_dir': str(tmp_path), 'host': 'spark-head',
+                  'image': 'ghcr.io/anemll/dspark-vllm-gx10:0.1.1'})
+    assert Path(out['folder']).name.endswith('_spark-head_9e165c30e270_vllm-0.27.1_dspark-vllm-gx10-0.1.1')
+    assert (Path(out['folder']) / 'decode_vs_context.png').is_file() and out['changed']
+    dry = report({'results': results, 'results_dir': str(tmp_path / 'dry'), 'host': 'spark-head', '_ansible_check_mode': True})
+    assert not dry['changed'] and not (tmp_path / 'dry').exists()

@@ -138,6 +138,9 @@ def compare(baseline, candidate, threshold):
 def compare_lines(regressions, threshold):
     if not regressions:
         return ['no regression beyond %.0f%%' % (threshold * 100)]
-    return ['REGRESSION %s at %d tokens x %d: %s -> %s (%+.1f%%)' % (r['figure'], r['prompt_tokens'], r['concurrency'],
-                                                                      fmt(r['baseline'], 3), fmt(r['candidate'], 3),
-                                                                      r['change'] * 100) for r in regressions]
+    out = []
+    for r in regressions:
+        out.append('REGRESSION %s at %d tokens x %d: %s -> %s (%+.1f%%)'
+                   % (r['figure'], r['prompt_tokens'], r['concurrency'], fmt(r['baseline'], 3), fmt(r['candidate'], 3),
+                      r['change'] * 100))
+    return out

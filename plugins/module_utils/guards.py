@@ -253,8 +253,9 @@ def needles_verdict(runs):
     problems, shown = [], []
     for run in runs:
         bad = read_back(run['expected'], run.get('answer'))
-        shown.append('%d needles at %s tokens: %d of %d found' % (run['needles'], run.get('prompt_tokens') or run['tokens'],
-                                                                len(run['expected']) - len(bad), len(run['expected'])))
+        at = run.get('prompt_tokens') or run['tokens']
+        shown.append('%d needles at %s tokens: %d of %d found'
+                     % (run['needles'], at, len(run['expected']) - len(bad), len(run['expected'])))
         for name, want, got in bad:
             problems.append('%d needles at %s tokens: %s expected %s, got %s'
                             % (run['needles'], run.get('prompt_tokens') or run['tokens'], name, want, got or 'nothing'))

@@ -197,9 +197,9 @@ def main():
                 handle.write('\n'.join('- ' + line for line in lines) + '\n\n| prompt tokens | concurrency | figure | baseline | '
                              'candidate | change |\n| ---: | ---: | --- | ---: | ---: | ---: |\n')
                 for r in rows:
-                    handle.write('| %d | %d | %s | %s | %s | %+.1f%% |\n' % (r['prompt_tokens'], r['concurrency'], r['figure'],
-                                                                           bs.fmt(r['baseline'], 3), bs.fmt(r['candidate'], 3),
-                                                                           r['change'] * 100))
+                    handle.write('| %d | %d | %s | %s | %s | %+.1f%% |\n'
+                                 % (r['prompt_tokens'], r['concurrency'], r['figure'], bs.fmt(r['baseline'], 3),
+                                    bs.fmt(r['candidate'], 3), r['change'] * 100))
             changed = True
             out['changed'] = changed
     module.exit_json(**out)

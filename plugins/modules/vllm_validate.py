@@ -132,7 +132,7 @@ verdicts:
   elements: dict
   returned: always
 lines:
-  description: C(PASS|FAIL guard: evidence), one per guard.
+  description: "C(PASS|FAIL guard: evidence), one per guard."
   type: list
   elements: str
   returned: always
@@ -273,8 +273,8 @@ def main():
             margin_min_logprob=dict(type='float', default=-0.1),
             margin_rounds=dict(type='int', default=2),
             margin_warm_seconds=dict(type='float', default=0),
-            needle_ladder=dict(type='list', elements='dict', default=[{'needles': 1, 'tokens': 2048}, {'needles': 2, 'tokens': 8192},
-                                                                     {'needles': 3, 'tokens': 16384}]),
+            needle_ladder=dict(type='list', elements='dict',
+                               default=[{'needles': 1, 'tokens': 2048}, {'needles': 2, 'tokens': 8192}, {'needles': 3, 'tokens': 16384}]),
             acceptance_floors=dict(type='dict', default={'code': {'acceptance': 0.75, 'tokens_per_step': 3.0},
                                                          'prose': {'acceptance': 0.45, 'tokens_per_step': 2.2}}),
             acceptance_max_tokens=dict(type='int', default=256),

@@ -57,7 +57,7 @@ def filler(n_tokens, offset=0):
 
 
 def code(rng, length=6):
-    return ''.join(rng.choice(CODE_ALPHABET) for _ in range(length))
+    return ''.join(rng.choice(CODE_ALPHABET) for dummy in range(length))
 
 
 def chat_body(model, content, max_tokens, **extra):

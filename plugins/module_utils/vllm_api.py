@@ -17,10 +17,10 @@ import threading
 import time
 
 try:
-    from urllib.request import Request, urlopen
-    from urllib.error import HTTPError, URLError
+    from http.client import HTTPConnection, HTTPException
+    from urllib.parse import urlsplit
 except ImportError:  # pragma: no cover - Python 2 is not supported on the nodes
-    Request = urlopen = HTTPError = URLError = None
+    HTTPConnection = HTTPException = urlsplit = None
 
 
 class ApiError(Exception):
@@ -49,21 +49,26 @@ class Client:
         self.api_key = api_key
         self.timeout = timeout
 
-    def _request(self, path, body=None):
+    def _open(self, path, body=None):
+        """The response of a GET (or a POST of ``body``), status checked; plain HTTP on loopback, no proxy."""
+        method = 'POST' if body is not None else 'GET'
+        url = urlsplit(self.base_url + path)
         headers = {'Content-Type': 'application/json'}
         if self.api_key:
             headers['Authorization'] = 'Bearer ' + self.api_key
         data = json.dumps(body).encode() if body is not None else None
-        return Request(self.base_url + path, data=data, headers=headers, method='POST' if body is not None else 'GET')
-
-    def _open(self, path, body=None):
+        target = url.path + ('?' + url.query if url.query else '')
         try:
-            return urlopen(self._request(path, body), timeout=self.timeout)
-        except HTTPError as exc:
-            detail = exc.read()[:300].decode('utf-8', 'replace')
-            raise ApiError('%s %s answered HTTP %d: %s' % ('POST' if body is not None else 'GET', path, exc.code, detail))
-        except (URLError, OSError) as exc:
-            raise ApiError('%s %s failed: %s' % ('POST' if body is not None else 'GET', path, exc))
+            conn = HTTPConnection(url.hostname, url.port or 80, timeout=self.timeout)
+            conn.request(method, target, body=data, headers=headers)
+            resp = conn.getresponse()
+        except (HTTPException, OSError) as exc:
+            raise ApiError('%s %s failed: %s' % (method, path, exc))
+        if resp.status >= 400:
+            detail = resp.read()[:300].decode('utf-8', 'replace')
+            conn.close()
+            raise ApiError('%s %s answered HTTP %d: %s' % (method, path, resp.status, detail))
+        return resp
 
     def get_json(self, path):
         with self._open(path) as resp:

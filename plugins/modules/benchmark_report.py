@@ -107,9 +107,10 @@ def plot(path, cells, y_name, title, ylabel):
         points = sorted((c['prompt_tokens'], c[y_name]) for c in cells if c['concurrency'] == conc and c[y_name]['median'] is not None)
         if not points:
             continue
-        xs = [x for x, _ in points]
-        ax.errorbar(xs, [s['median'] for _, s in points],
-                    yerr=[[s['median'] - s['min'] for _, s in points], [s['max'] - s['median'] for _, s in points]],
+        xs = [point[0] for point in points]
+        figs = [point[1] for point in points]
+        ax.errorbar(xs, [f['median'] for f in figs],
+                    yerr=[[f['median'] - f['min'] for f in figs], [f['max'] - f['median'] for f in figs]],
                     marker='o', capsize=3, label='concurrency %d' % conc)
     ax.set_xscale('log', base=2)
     ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())

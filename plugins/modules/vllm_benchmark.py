@@ -82,6 +82,7 @@ benchmark:
   returned: always
 """
 
+import functools
 import os
 import time
 import uuid
@@ -127,10 +128,10 @@ def run(client, p):
     for length in p['prompt_lengths']:
         for conc in p['concurrency']:
             repeats = []
-            for _ in range(max(p['repeats'], 1)):
+            for dummy in range(max(p['repeats'], 1)):
                 before = g.parse_metrics(client.get_text('/metrics'))
-                bodies = [g.chat_body(p['model'], prompt(length), p['max_tokens'], ignore_eos=True) for _ in range(conc)]
-                streams = together([(lambda b: lambda: client.stream(b))(b) for b in bodies])
+                bodies = [g.chat_body(p['model'], prompt(length), p['max_tokens'], ignore_eos=True) for dummy in range(conc)]
+                streams = together([functools.partial(client.stream, b) for b in bodies])
                 for out in streams:
                     if isinstance(out, Exception):
                         raise out
@@ -153,7 +154,7 @@ def main():
             prompt_lengths=dict(type='list', elements='int', default=[256, 4096, 32768]),
             concurrency=dict(type='list', elements='int', default=[1, 6]),
             repeats=dict(type='int', default=3),
-            max_tokens=dict(type='int', default=256),
+            max_tokens=dict(type='int', default=256, no_log=False),
             timeout=dict(type='float', default=1800),
         ),
         supports_check_mode=True,

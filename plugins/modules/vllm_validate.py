@@ -155,7 +155,7 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_api import A
 def guard_warmup(client, p):
     times = []
     body = g.chat_body(p['model'], 'Say hello in five words.', 32, ignore_eos=True)
-    for _ in range(max(p['warmup_max_rounds'], 2)):
+    for dummy in range(max(p['warmup_max_rounds'], 2)):
         times.append(round(client.timed_chat(body)[1], 4))
         if g.warmed_up(times, p['warmup_tolerance']):
             break
@@ -269,7 +269,7 @@ def main():
             blocks_concurrency=dict(type='int', default=8),
             blocks_shared=dict(type='int', default=2),
             blocks_own=dict(type='int', default=2),
-            block_tokens=dict(type='int', default=256),
+            block_tokens=dict(type='int', default=256, no_log=False),
             margin_min_logprob=dict(type='float', default=-0.1),
             margin_rounds=dict(type='int', default=2),
             margin_warm_seconds=dict(type='float', default=0),
@@ -277,10 +277,10 @@ def main():
                                default=[{'needles': 1, 'tokens': 2048}, {'needles': 2, 'tokens': 8192}, {'needles': 3, 'tokens': 16384}]),
             acceptance_floors=dict(type='dict', default={'code': {'acceptance': 0.75, 'tokens_per_step': 3.0},
                                                          'prose': {'acceptance': 0.45, 'tokens_per_step': 2.2}}),
-            acceptance_max_tokens=dict(type='int', default=256),
+            acceptance_max_tokens=dict(type='int', default=256, no_log=False),
             decode_floor_tok_s=dict(type='float', default=50),
-            decode_tokens=dict(type='int', default=128),
-            finish_max_tokens=dict(type='int', default=8),
+            decode_tokens=dict(type='int', default=128, no_log=False),
+            finish_max_tokens=dict(type='int', default=8, no_log=False),
             timeout=dict(type='float', default=600),
         ),
         supports_check_mode=True,

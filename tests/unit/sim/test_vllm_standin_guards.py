@@ -115,7 +115,7 @@ def test_kv_corruption_needs_three_concurrent_prefills(standin):
     try:
         v = vllm_validate.guard_blocks(standin.client, dict(PARAMS, blocks_concurrency=3))
         assert not v['passed'] and re.search(r'3-way: [1-6] of 12 blocks corrupt', v['evidence']), v
-        docs = [d for d in vllm_validate.g.block_documents(2, 2, 2)]
+        docs = vllm_validate.g.block_documents(2, 2, 2)
         outs = vllm_validate.together([lambda d=d: standin.client.chat(vllm_validate.g.chat_body('srv', d['content'], 96))
                                        for d in docs])
         for doc, out in zip(docs, outs):

@@ -84,7 +84,7 @@ def test_needle_prompt_and_verdict():
     answer = '\n'.join('%s: %s' % pair for pair in expected)
     assert g.needles_verdict([{'needles': 3, 'tokens': 4096, 'expected': expected, 'answer': answer}])['passed']
     v = g.needles_verdict([{'needles': 3, 'tokens': 4096, 'prompt_tokens': 4101, 'expected': expected,
-                            'answer': answer.split('\n')[0]}])
+                            'answer': answer.split('\n', maxsplit=1)[0]}])
     assert not v['passed'] and '3 needles at 4101 tokens: %s expected %s, got nothing' % expected[1] in v['evidence']
 
 

@@ -6,10 +6,11 @@ final usage chunk with stream_options.include_usage). /v1/* wants
 ``Authorization: Bearer <key>`` when VLLM_API_KEY (or --api-key) is set, as in
 vLLM; /health, /metrics and /version stay open.
 
-The engine "generates" a fixed sentence, token by token, in DSpark steps: the
-first token from the prefill, then steps that draft ``k`` tokens
-(num_speculative_tokens) and accept a deterministic number of them, so the
-spec-decode counters move like the real ones (acceptance about 0.55).
+The engine "generates" token by token, in DSpark steps: the first token from the
+prefill, then steps that draft ``k`` tokens (num_speculative_tokens) and accept a
+deterministic number of them, so the spec-decode counters move like the real ones.
+What it answers (block markers, needles, tool calls, reasoning, logprobs), its
+prefill and decode rates and its fault modes live in engine.py.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from vllm import __version__, log
+from vllm import engine as behaviour
 
 REPLY = ('The spark-sim vLLM stand-in answered this request without a GPU and without a model; '
          'every token here is scripted, not generated.')
@@ -71,17 +73,23 @@ class Engine:
         self.accepted_per_pos = [0] * max(self.k, 0)
         self.dead = threading.Event()      # lost a TP peer (VLLM_STANDIN_HANG_ON_PEER_LOSS=1): requests hang
         self.stopping = threading.Event()
+        self.sched = behaviour.Scheduler()
 
-    def steps(self, n_tokens: int) -> Iterator[List[str]]:
+    def steps(self, n_tokens: int, gen: Optional[behaviour.Generation] = None) -> Iterator[List[str]]:
         """The tokens of a reply of ``n_tokens``, grouped by engine step (prefill, then DSpark steps)."""
-        tokens = [REPLY_TOKENS[i % len(REPLY_TOKENS)] for i in range(n_tokens)]
+        source = gen.prefill(self.stopping) if gen is not None else REPLY_TOKENS
+        tokens = [source[i % len(source)] for i in range(n_tokens)] if source else []
         if not tokens:
             return
         yield tokens[:1]
+        if gen is not None:
+            gen.first_token_sent()
         emitted, step = 1, 0
+        counts = behaviour.accepted_counts(gen.reply.acceptance, self.k) if gen is not None else None
         while emitted < n_tokens:
             if self.k > 0:
-                accepted = min(ACCEPT_PATTERN[step % len(ACCEPT_PATTERN)], self.k, n_tokens - emitted - 1)
+                planned = next(counts) if counts is not None else ACCEPT_PATTERN[step % len(ACCEPT_PATTERN)]
+                accepted = min(planned, self.k, n_tokens - emitted - 1)
                 with self.lock:
                     self.drafts += 1
                     self.draft_tokens += self.k
@@ -93,11 +101,13 @@ class Engine:
             take = accepted + 1
             if self.step_seconds:
                 time.sleep(self.step_seconds)
+            if gen is not None:
+                gen.pace(emitted + take - 1)
             yield tokens[emitted:emitted + take]
             emitted += take
             step += 1
 
-    def admit(self, body: Dict[str, Any], prompt_tokens: int) -> Tuple[int, str]:
+    def admit(self, body: Dict[str, Any], prompt_tokens: int, natural: int = len(REPLY_TOKENS)) -> Tuple[int, str]:
         """Validate a request; returns (tokens to generate, finish_reason)."""
         model = body.get('model')
         if model is not None and model not in self.served_names:
@@ -110,7 +120,6 @@ class Engine:
             raise ApiError(400, "This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the "
                            'messages, %d in the completion). Please reduce the length of the messages or completion.'
                            % (self.max_model_len, prompt_tokens + (max_tokens or 0), prompt_tokens, max_tokens or 0))
-        natural = len(REPLY_TOKENS)
         limit = min(max_tokens if max_tokens is not None else natural, room)
         if limit < natural:
             return limit, 'length'
@@ -284,22 +293,31 @@ class Handler(BaseHTTPRequestHandler):
                        {'detail': 'Not Found' if path not in ('/health', '/v1/models', '/metrics') else 'Method Not Allowed'})
             return
         chat = path == '/v1/chat/completions'
+        arrived = time.monotonic()
         try:
             body = self._body()
             prompt_tokens = _chat_prompt_tokens(body) if chat else _completion_prompt_tokens(body)
-            n_tokens, finish_reason = self.engine.admit(body, prompt_tokens)
+            reply = behaviour.plan(body, chat, REPLY_TOKENS, self.engine.sched.conditions.faults())
+            natural = len(reply.render(False))
+            budget = body.get('max_completion_tokens', body.get('max_tokens'))
+            if body.get('ignore_eos') is True and isinstance(budget, int) and not isinstance(budget, bool) and budget > 0:
+                natural = budget + 1    # generate to the limit (finish_reason "length")
+            n_tokens, finish_reason = self.engine.admit(body, prompt_tokens, natural)
+            if reply.tool and finish_reason == 'stop':
+                finish_reason = 'tool_calls'
             self.engine.begin()
         except ApiError as exc:
             self._json(exc.status, exc.body())
             return
         try:
             model = body.get('model') or self.engine.served_names[0]
-            if body.get('stream'):
-                include_usage = bool((body.get('stream_options') or {}).get('include_usage'))
-                self._stream(chat, model, prompt_tokens, n_tokens, finish_reason, include_usage)
-            else:
-                text = ''.join(t for step in self.engine.steps(n_tokens) for t in step)
-                self._json(200, self._response(chat, model, text, prompt_tokens, n_tokens, finish_reason))
+            with self.engine.sched.generation(reply, prompt_tokens, arrived) as gen:
+                if body.get('stream'):
+                    include_usage = bool((body.get('stream_options') or {}).get('include_usage'))
+                    self._stream(chat, model, prompt_tokens, n_tokens, finish_reason, include_usage, gen, body)
+                else:
+                    tokens = [t for step in self.engine.steps(n_tokens, gen) for t in step]
+                    self._json(200, self._response(chat, model, tokens, prompt_tokens, n_tokens, finish_reason, gen, body))
         finally:
             self.engine.finish(prompt_tokens, n_tokens, finish_reason)
 
@@ -309,17 +327,33 @@ class Handler(BaseHTTPRequestHandler):
         return {'prompt_tokens': prompt_tokens, 'total_tokens': prompt_tokens + completion_tokens,
                 'completion_tokens': completion_tokens, 'prompt_tokens_details': None}
 
-    def _response(self, chat: bool, model: str, text: str, prompt_tokens: int, n_tokens: int, finish_reason: str) -> Dict[str, Any]:
+    def _response(self, chat: bool, model: str, tokens: List[str], prompt_tokens: int, n_tokens: int, finish_reason: str,
+                  gen: behaviour.Generation, body: Dict[str, Any]) -> Dict[str, Any]:
         created = int(time.time())
+        text = ''.join(tokens)
+        top = behaviour.want_logprobs(body, chat)
+        rows = behaviour.logprob_rows(tokens, gen.soft, created, gen.runner_up) if top is not None else []
         if chat:
+            content: Optional[str] = text
+            tool_calls: List[Dict[str, Any]] = []
+            if gen.reply.tool:
+                content = None      # a cut-off call reports "length" and drops its unparseable arguments (issue55)
+                if finish_reason == 'tool_calls':
+                    tool_calls = [{'id': 'chatcmpl-tool-%s' % uuid.uuid4().hex, 'type': 'function',
+                                   'function': {'name': gen.reply.tool['name'], 'arguments': text}}]
+            message = {'role': 'assistant', 'content': content, 'reasoning_content': gen.reply.reasoning,
+                       'tool_calls': tool_calls}
+            if gen.reply.reasoning:
+                message['reasoning'] = gen.reply.reasoning
             return {'id': 'chatcmpl-%s' % uuid.uuid4().hex, 'object': 'chat.completion', 'created': created, 'model': model,
-                    'choices': [{'index': 0, 'message': {'role': 'assistant', 'content': text, 'reasoning_content': None,
-                                                         'tool_calls': []},
-                                 'logprobs': None, 'finish_reason': finish_reason, 'stop_reason': None}],
+                    'choices': [{'index': 0, 'message': message,
+                                 'logprobs': behaviour.chat_logprobs(rows, top) if top is not None else None,
+                                 'finish_reason': finish_reason, 'stop_reason': None}],
                     'usage': self._usage(prompt_tokens, n_tokens), 'prompt_logprobs': None}
         return {'id': 'cmpl-%s' % uuid.uuid4().hex, 'object': 'text_completion', 'created': created, 'model': model,
-                'choices': [{'index': 0, 'text': text, 'logprobs': None, 'finish_reason': finish_reason, 'stop_reason': None,
-                             'prompt_logprobs': None}],
+                'choices': [{'index': 0, 'text': text,
+                             'logprobs': behaviour.completion_logprobs(rows, top) if top is not None else None,
+                             'finish_reason': finish_reason, 'stop_reason': None, 'prompt_logprobs': None}],
                 'usage': self._usage(prompt_tokens, n_tokens)}
 
     def _chunk(self, data: bytes) -> None:
@@ -330,7 +364,8 @@ class Handler(BaseHTTPRequestHandler):
         text = payload if isinstance(payload, str) else json.dumps(payload)
         self._chunk(('data: %s\n\n' % text).encode())
 
-    def _stream(self, chat: bool, model: str, prompt_tokens: int, n_tokens: int, finish_reason: str, include_usage: bool) -> None:
+    def _stream(self, chat: bool, model: str, prompt_tokens: int, n_tokens: int, finish_reason: str, include_usage: bool,
+                gen: behaviour.Generation, body: Dict[str, Any]) -> None:
         self.send_response(200)
         self.send_header('Content-Type', 'text/event-stream; charset=utf-8')
         self.send_header('Cache-Control', 'no-cache')
@@ -350,12 +385,24 @@ class Handler(BaseHTTPRequestHandler):
             if chat:
                 self._event(frame({'index': 0, 'delta': {'role': 'assistant', 'content': ''}, 'logprobs': None,
                                    'finish_reason': None}))
-            for step in self.engine.steps(n_tokens):
+            top = behaviour.want_logprobs(body, chat)
+            if chat and gen.reply.reasoning:
+                self._event(frame({'index': 0, 'delta': {'reasoning_content': gen.reply.reasoning,
+                                                         'reasoning': gen.reply.reasoning},
+                                   'logprobs': None, 'finish_reason': None}))
+            for index, step in enumerate(self.engine.steps(n_tokens, gen)):
                 text = ''.join(step)
+                rows = behaviour.logprob_rows(step, gen.soft, created, gen.runner_up if index == 0 else None) if top is not None else []
                 if chat:
-                    self._event(frame({'index': 0, 'delta': {'content': text}, 'logprobs': None, 'finish_reason': None}))
+                    lps = behaviour.chat_logprobs(rows, top) if top is not None else None
+                    if gen.reply.tool:
+                        delta: Dict[str, Any] = {'tool_calls': [{'index': 0, 'function': {'arguments': text}}]}
+                    else:
+                        delta = {'content': text}
+                    self._event(frame({'index': 0, 'delta': delta, 'logprobs': lps, 'finish_reason': None}))
                 else:
-                    self._event(frame({'index': 0, 'text': text, 'logprobs': None, 'finish_reason': None, 'stop_reason': None}))
+                    lps = behaviour.completion_logprobs(rows, top) if top is not None else None
+                    self._event(frame({'index': 0, 'text': text, 'logprobs': lps, 'finish_reason': None, 'stop_reason': None}))
             if chat:
                 self._event(frame({'index': 0, 'delta': {}, 'logprobs': None, 'finish_reason': finish_reason, 'stop_reason': None}))
             else:

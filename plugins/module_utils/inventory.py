@@ -24,7 +24,7 @@ import re
 RAILS_VAR = "dgxspark_fabric_rails"
 
 # Variables with these prefixes belong to the collection: one no spec declares is a typo.
-COLLECTION_PREFIXES = ("nic_", "driver_", "cuda_", "clock_cap_", "checkpoint_", "runtime_", "service_", "preflight_",
+COLLECTION_PREFIXES = ("nic_", "driver_", "cuda_", "clock_cap_", "checkpoint_", "runtime_", "service_", "preflight_", "validate_", "benchmark_",
                        "dgxspark_")
 # A path knob may not be one of these (the top level of the tree; /lib* too).
 SYSTEM_DIRS = ("etc", "usr", "bin", "sbin", "boot", "proc", "sys", "dev", "run", "var", "home", "root", "tmp")

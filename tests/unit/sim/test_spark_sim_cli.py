@@ -116,8 +116,9 @@ def test_down_removes_leftovers_of_a_failed_run(tmp_path, clean_networks):
 
 def test_an_unknown_fault_names_the_known_ones(tmp_path):
     proc = sim(write_inventory(tmp_path), "fault", "spark-worker", "throttled")
-    assert proc.returncode == 1
-    assert "unknown fault 'throttled'; known: throttled-link, throttled-link-persistent, clear" in proc.stderr
+    assert proc.returncode == 2
+    assert "invalid choice: 'throttled'" in proc.stderr
+    assert "'throttled-link'" in proc.stderr and "'throttled-link-persistent'" in proc.stderr and "'clear'" in proc.stderr
 
 
 def test_a_fault_on_an_unknown_host_is_named(tmp_path):
@@ -127,13 +128,17 @@ def test_a_fault_on_an_unknown_host_is_named(tmp_path):
 
 
 def test_faults_are_state_edits_that_clear_undoes():
-    """The table of named faults: each sets only the node NIC's throttle keys, and `clear` resets exactly those."""
+    """The throttle faults set only the node NIC's throttle keys, and `clear` resets exactly those."""
     import importlib.machinery
     import importlib.util
     loader = importlib.machinery.SourceFileLoader("spark_sim_cli", str(CLI))
     spec = importlib.util.spec_from_loader("spark_sim_cli", loader)
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
-    keys = {item.split("=")[0] for sets in module.FAULTS.values() for item in sets}
-    assert keys == {item.split("=")[0] for item in module.CLEAR} == {"nic.throttled", "nic.throttle_persists"}
-    assert "nic.throttled=true" in module.FAULTS["throttled-link"] and "nic.throttle_persists=true" in module.FAULTS["throttled-link-persistent"]
+    for name in ("throttled-link", "throttled-link-persistent"):
+        fault = module.FAULTS[name]
+        assert set(fault.on) == set(fault.off) == {"nic.throttled", "nic.throttle_persists"}, name
+        assert fault.on["nic.throttled"] is True and fault.off == {"nic.throttled": False, "nic.throttle_persists": False}
+        assert fault.flap_links, name                  # a cable seated while the node ran: the links went down and up
+    assert module.FAULTS["throttled-link"].on["nic.throttle_persists"] is False
+    assert module.FAULTS["throttled-link-persistent"].on["nic.throttle_persists"] is True

@@ -30,27 +30,36 @@ def load_cli():
 
 def test_unknown_fault_is_refused_naming_the_known_ones(tmp_path):
     proc = sim(write_inventory(tmp_path), "fault", "spark-head", "melted-gpu")
-    assert proc.returncode == 1
-    assert ("unknown fault 'melted-gpu'; expected one of: kv-block-corruption, low-acceptance, slow-decode, "
-            "soft-logits-alone, clear") in proc.stderr
+    assert proc.returncode == 2
+    assert "invalid choice: 'melted-gpu'" in proc.stderr
+    for name in ("kv-block-corruption", "low-acceptance", "slow-decode", "soft-logits-alone", "clear"):
+        assert "'%s'" % name in proc.stderr, name
 
 
-def edit(state: Path, name: str) -> dict:
+VLLM_FAULTS = ("kv-block-corruption", "soft-logits-alone", "low-acceptance", "slow-decode")
+
+
+def edit(tmp_path: Path, state: Path, name: str) -> list:
+    """What `spark-sim fault HOST NAME` runs on the node (FAULT_EDIT); returns the vLLM stand-in's fault list."""
     cli = load_cli()
-    env = dict(os.environ, SPARK_SIM_STATE=str(state), PYTHONPATH=str(REPO / "sim" / "node" / "usr" / "lib" / "spark-sim"))
-    proc = subprocess.run([sys.executable, "-c", cli.FAULT_EDIT, name, json.dumps(list(cli.VLLM_FAULTS))], env=env,
+    sets = ([e for fault in cli.FAULTS.values() for e in fault.edits(on=False)] if name == "clear"
+            else cli.FAULTS[name].edits(on=True))
+    env = dict(os.environ, SPARK_SIM_STATE=str(state), SPARK_SIM_SYSFS=str(tmp_path / "sys"),
+               SPARK_SIM_PROC=str(tmp_path / "proc"), PYTHONPATH=str(REPO / "sim" / "node" / "usr" / "lib" / "spark-sim"))
+    proc = subprocess.run([sys.executable, "-c", cli.FAULT_EDIT, *sets], env=env,
                           capture_output=True, text=True, check=True, timeout=60)
-    return json.loads(proc.stdout)
+    return json.loads(proc.stdout)["vllm_standin"]
 
 
 def test_faults_accumulate_clear_and_reach_the_engine(tmp_path):
     state = tmp_path / "state.json"
     state.write_text(json.dumps({"gpu": {"driver_version": "580.173.02"}}))
-    assert set(load_cli().VLLM_FAULTS) == set(behaviour.FAULTS)
-    edit(state, "kv-block-corruption")
-    assert edit(state, "slow-decode") == {"vllm_standin": {"faults": ["kv-block-corruption", "slow-decode"]}}
+    cli = load_cli()
+    assert {name for name, fault in cli.FAULTS.items() if fault.member} == set(VLLM_FAULTS) == set(behaviour.FAULTS)
+    edit(tmp_path, state, "kv-block-corruption")
+    assert edit(tmp_path, state, "slow-decode") == ["kv-block-corruption", "slow-decode"]
     cond = behaviour.Conditions({"VLLM_STANDIN_DECODE_TOK_S": "100"}, str(state))
     assert cond.faults() == ["kv-block-corruption", "slow-decode"] and cond.decode_rate() == 25.0
-    assert edit(state, "clear") == {"vllm_standin": {"faults": []}}
+    assert edit(tmp_path, state, "clear") == []
     assert json.loads(state.read_text())["gpu"] == {"driver_version": "580.173.02"}
     assert cond.faults() == [] and cond.decode_rate() == 100.0

@@ -66,7 +66,8 @@ def test_modprobe_and_firmware_keep_their_own_versions(host):
     if not dkms(host):
         assert pkgs["nvidia-modprobe"] == "580.126.09-1ubuntu1"
         assert "nvidia-modprobe" not in held
-    assert pkgs["nvidia-firmware-580-%s" % DRIVER] == DEB_VERSION
+    if host.backend.get_hostname() != "spark-worker":   # shipped with the driver: its firmware at its own name
+        assert pkgs["nvidia-firmware-580-%s" % DRIVER] == DEB_VERSION
     assert not [n for n in held if n.startswith("nvidia-firmware-")]
 
 

@@ -26,7 +26,8 @@ def test_unit_is_enabled_and_active(host):
 
 def test_unit_orders_before_the_serving_unit_retries_and_resets_on_stop(host):
     show = host.check_output("systemctl show -p Before -p ExecStop -p ExecStart -p WantedBy -p TimeoutStartUSec %s" % UNIT)
-    assert "Before=dgxspark-vllm.service" in show
+    before = [line for line in show.splitlines() if line.startswith("Before=")][0]
+    assert "dgxspark-vllm.service" in before.split("=", 1)[1].split(), before
     assert "/usr/local/sbin/dgxspark-clock-cap apply /usr/bin/nvidia-smi 0 2100 3 5" in show
     assert "/usr/local/sbin/dgxspark-clock-cap release /usr/bin/nvidia-smi" in show
     assert "TimeoutStartUSec=6min 15s" in show  # 3 attempts x (2 x 60 s + 5 s)

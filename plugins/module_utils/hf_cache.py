@@ -631,28 +631,6 @@ def resident_bytes(path):
         os.close(fd)
 
 
-def meminfo_kb(text):
-    """``/proc/meminfo`` text -> {"MemAvailable": kB, "Cached": kB, ...}."""
-    out = {}
-    for row in (text or "").splitlines():
-        key, sep, rest = row.partition(":")
-        if sep and rest.split():
-            try:
-                out[key.strip()] = int(rest.split()[0])
-            except ValueError:
-                continue
-    return out
-
-
-def read_meminfo(path="/proc/meminfo"):
-    """This node's /proc/meminfo as {key: kB} ({} when unreadable)."""
-    try:
-        with open(path, encoding="ascii", errors="replace") as handle:
-            return meminfo_kb(handle.read())
-    except OSError:
-        return {}
-
-
 def blob_paths(repo_dir):
     """Every regular file under blobs/."""
     blobs = os.path.join(repo_dir, "blobs")

@@ -36,6 +36,15 @@ def meminfo(text):
     return out
 
 
+def read_meminfo(path="/proc/meminfo"):
+    """This node's /proc/meminfo as {key: kB} ({} when unreadable)."""
+    try:
+        with open(path, encoding="ascii", errors="replace") as handle:
+            return meminfo(handle.read())
+    except OSError:
+        return {}
+
+
 def largest_processes(proc="/proc", count=5, page=None):
     """The ``count`` processes with the largest resident set: ``[{"pid", "rss_kb", "command"}]``, largest first."""
     page = page or os.sysconf("SC_PAGE_SIZE")

@@ -201,7 +201,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils import hf_cache
+from ansible_collections.dgxspark.cluster.plugins.module_utils import hf_cache, memory
 
 
 def main():
@@ -269,11 +269,11 @@ def main():
     page_cache = {}
     if params["evict_page_cache"] and not module.check_mode:
         paths = hf_cache.blob_paths(repo_dir)
-        before = hf_cache.read_meminfo().get("Cached", 0)
+        before = memory.read_meminfo().get("Cached", 0)
         resident_before = sum(hf_cache.resident_bytes(p) for p in paths)
         evicted = hf_cache.evict_page_cache(paths)
         resident_after = sum(hf_cache.resident_bytes(p) for p in paths)
-        after = hf_cache.read_meminfo().get("Cached", 0)
+        after = memory.read_meminfo().get("Cached", 0)
         page_cache = {
             "cached_before_kb": before, "cached_after_kb": after,
             "resident_before": resident_before, "resident_after": resident_after,

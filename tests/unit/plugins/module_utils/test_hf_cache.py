@@ -360,12 +360,6 @@ def test_evict_page_cache_without_fadvise_leaves_the_pages(tmp_path, monkeypatch
     assert hc.resident_bytes(path) > 0
 
 
-def test_meminfo_parse():
-    info = hc.meminfo_kb("MemTotal:       126000000 kB\nMemAvailable:   122000000 kB\nCached:  5000 kB\nHugePages_Total: 0\n")
-    assert info["MemAvailable"] == 122000000 and info["Cached"] == 5000 and info["HugePages_Total"] == 0
-    assert hc.read_meminfo("/nonexistent") == {}
-
-
 def test_summarize_caps_the_lines():
     problems = [hc.problem("incomplete", "blobs/%d" % i, "x") for i in range(10)]
     lines = hc.summarize(problems, limit=3)

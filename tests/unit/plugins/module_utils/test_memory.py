@@ -6,6 +6,14 @@ from __future__ import annotations
 from ansible_collections.dgxspark.cluster.plugins.module_utils import memory
 
 
+def test_read_meminfo(tmp_path):
+    path = tmp_path / "meminfo"
+    path.write_text("MemTotal:       126000000 kB\nMemAvailable:   122000000 kB\nCached:  5000 kB\nHugePages_Total: 0\n")
+    info = memory.read_meminfo(str(path))
+    assert info["MemAvailable"] == 122000000 and info["Cached"] == 5000 and info["HugePages_Total"] == 0
+    assert memory.read_meminfo(str(tmp_path / "nonexistent")) == {}
+
+
 def test_meminfo():
     info = memory.meminfo("MemTotal:       126000000 kB\nMemAvailable:   1048576 kB\nCached: 2097152 kB\nbad\n")
     assert info == {"MemTotal": 126000000, "MemAvailable": 1048576, "Cached": 2097152}

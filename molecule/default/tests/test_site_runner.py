@@ -219,7 +219,7 @@ BAD_INVENTORY = [
     ("sync-streams-0", _set("all", "checkpoint_sync_streams", 0), ["checkpoint_sync_streams is 0, expected between 1 and 64"]),
     ("api-port-0", _set("all", "runtime_vllm_port", 0), ["runtime_vllm_port is 0, expected between 1 and 65535"]),
     ("start-limit-burst-0", _set("all", "service_start_limit_burst", 0), ["service_start_limit_burst is 0, expected at least 1"]),
-    ("download-poll-0", _set("all", "checkpoint_download_poll", 0), ["checkpoint_download_poll is 0, expected between 1 and 3600"]),
+    ("download-poll-0", _set("all", "checkpoint_download_poll", 0), ["checkpoint_download_poll is 0, expected between 0.01 and 3600"]),
     ("max-model-len-2m", _extra("runtime_vllm_max_model_len", 2097152),
      ["runtime_vllm_max_model_len is 2097152, expected between 1 and 1048576"]),
     # a secret's value never in a message

@@ -312,6 +312,7 @@ class Hub:
         self.token = token
         self.spec_path = spec_path
         self.spec_mtime = self._mtime()
+        self.spec_lock = threading.Lock()
         self.line = Line()
 
     def _mtime(self) -> float:
@@ -321,18 +322,25 @@ class Hub:
             return 0.0
 
     def reload(self) -> None:
-        """Re-read the live knobs (rates, token) when the spec file changed."""
-        mtime = self._mtime()
-        if not self.spec_path or mtime == self.spec_mtime:
+        """Re-read the live knobs (rates, token) when the spec file changed.
+
+        Under a lock: a request that arrives while another is re-reading waits for the new
+        knobs instead of seeing the new mtime with the old token.
+        """
+        if not self.spec_path:
             return
-        self.spec_mtime = mtime
-        try:
-            spec = load_spec(self.spec_path)
-        except (OSError, ValueError):
-            return
-        self.rate_limit_bps = int(spec.get("rate_limit_bps", 0))
-        self.total_rate_bps = int(spec.get("total_rate_bps", 0))
-        self.token = str(spec.get("token", ""))
+        with self.spec_lock:
+            mtime = self._mtime()
+            if mtime == self.spec_mtime:
+                return
+            try:
+                spec = load_spec(self.spec_path)
+            except (OSError, ValueError):
+                return
+            self.rate_limit_bps = int(spec.get("rate_limit_bps", 0))
+            self.total_rate_bps = int(spec.get("total_rate_bps", 0))
+            self.token = str(spec.get("token", ""))
+            self.spec_mtime = mtime
 
     def authorized(self, header: str) -> bool:
         """No token configured, or ``Authorization: Bearer <token>`` carries it."""

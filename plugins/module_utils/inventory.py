@@ -32,8 +32,8 @@ SYSTEM_DIRS_SHOWN = SYSTEM_DIRS[:4] + ("lib*",) + SYSTEM_DIRS[4:]
 # Path knobs where "" means "derived" or "none".
 EMPTY_PATHS = ("runtime_hf_hub_cache", "checkpoint_ca_bundle")
 # Paths the collection only reads below (never creates, chowns or writes): a top-level system directory is their
-# normal value (nic_pcie_sysfs_root: /sys).
-READ_ONLY_ROOTS = ("nic_pcie_sysfs_root",)
+# normal value (nic_sysfs_root: /sys).
+READ_ONLY_ROOTS = ("nic_sysfs_root",)
 SECRET_SUFFIXES = ("_token", "_api_key", "_password")
 _LIB_RE = re.compile(r"^lib(32|64|x32)?$")
 _PATH_RE = re.compile(r"^/[A-Za-z0-9._/+@=,-]*$")

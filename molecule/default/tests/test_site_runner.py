@@ -48,6 +48,27 @@ def test_site_twice_after_the_reboot_changes_nothing(tmp_path):
     assert max(siterun.ok_counts(second).values()) < 30, siterun.ok_counts(second)
 
 
+
+@pytest.mark.parametrize("tags", ["runtime", "service", "runtime,service"])
+def test_a_tag_limited_run_changes_nothing_and_keeps_serving_offline(tmp_path, tags):
+    """The tags roles/service/tasks/validate.yml recommends: the offline flag comes from each node's own record
+    of what the checkpoint role verified there, so a run without the checkpoint play renders exactly what a
+    full run rendered (HF_HUB_OFFLINE=1) and restarts no rank."""
+    before = {host: siterun.ssh(host, "systemctl show --property=ExecMainStartTimestampMonotonic "
+                                      "dgxspark-vllm.service; sudo cat /etc/dgxspark/vllm.env") for host in siterun.HOSTS}
+    run = siterun.run_site(tmp_path / tags.replace(",", "-"), cmdline="--tags %s" % tags)
+    assert run.rc == 0, siterun.failure_messages(run)
+    assert siterun.changed_tasks(run) == [], "--tags %s changed: %s" % (tags, siterun.changed_tasks(run))
+    counts = siterun.ok_counts(run)
+    assert sorted(counts) == list(siterun.HOSTS) and min(counts.values()) > 0, counts
+    for host in siterun.HOSTS:
+        after = siterun.ssh(host, "systemctl show --property=ExecMainStartTimestampMonotonic "
+                                  "dgxspark-vllm.service; sudo cat /etc/dgxspark/vllm.env")
+        assert after.returncode == 0, after.stderr
+        assert "\nHF_HUB_OFFLINE=1\n" in after.stdout and "\nTRANSFORMERS_OFFLINE=1\n" in after.stdout, after.stdout
+        assert after.stdout == before[host].stdout, "%s: vllm.env or the rank's start changed under --tags %s" % (host, tags)
+
+
 # (host, what to break, what the fast-path report must name, the task that must repair it)
 DRIFT = [
     ("spark-worker", "sudo rm -f /etc/dgxspark/nccl-static.env",

@@ -387,3 +387,61 @@ def test_prune_removes_only_other_revisions(tmp_path):
     assert hc.prune(str(repo), plan) == 300
     assert verify(cache, manifest)["ok"] and not old.exists()
     assert hc.prune_plan(str(repo), "c" * 40) == {"snapshots": [], "blobs": [], "bytes": 0}   # no such snapshot
+
+
+def _tree(root):
+    """{relative path: (kind, content or link target)} of everything under root, links not followed."""
+    out = {}
+    for base, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = os.path.join(base, name)
+            rel = os.path.relpath(path, root)
+            if os.path.islink(path):
+                out[rel] = ("link", os.readlink(path))
+            elif os.path.isdir(path):
+                out[rel] = ("dir", "")
+            else:
+                with open(path, "rb") as handle:
+                    out[rel] = ("file", hashlib.sha256(handle.read()).hexdigest())
+    return out
+
+
+def test_the_worker_repair_removes_only_the_strays_of_its_own_copy(tmp_path):
+    """README: "the role removes stray temporary files and unfinished blobs in it and sends wrong content
+    again; nothing else is touched". roles/checkpoint/tasks/sync_round.yml removes exactly the verify's
+    stray_blob and incomplete problems (paths relative to the repo folder): plant those beside what belongs
+    to the user (another model's folder with its own unfinished blob, a file at the cache root, a second
+    snapshot of ours, a lock folder) and check the removal set is the planted strays, nothing else."""
+    import re
+    import yaml
+    cache, repo, manifest = make_cache(tmp_path)
+    strays = ["blobs/.%s.Xa81Qz" % ("a" * 64), "blobs/%s.incomplete" % ("b" * 64), "blobs/partial-copy.tmp"]
+    for rel in strays:
+        (repo / rel).write_bytes(b"half")
+    user = tmp_path / "hub" / "models--someone--other-model"
+    (user / "blobs").mkdir(parents=True)
+    (user / "blobs" / ("c" * 64 + ".incomplete")).write_bytes(b"theirs")
+    (tmp_path / "hub" / "notes.txt").write_text("mine\n")
+    (tmp_path / "hub" / ".locks" / FOLDER).mkdir(parents=True)
+    (repo / "snapshots" / ("d" * 40)).mkdir()
+    before = _tree(tmp_path / "hub")
+
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles", "checkpoint", "tasks",
+                           "sync_round.yml"), encoding="utf-8") as handle:
+        removal = [t for t in yaml.safe_load(handle) if t["name"].startswith("Remove stray temporary files")]
+    assert len(removal) == 1
+    argv, loop = removal[0]["ansible.builtin.command"]["argv"], removal[0]["loop"]
+    assert argv[-1] == "{{ __checkpoint_repo_dir }}/{{ item.path }}", argv
+    selected = set(re.fullmatch(r"\{\{ __checkpoint_worker_verify\.problems \| selectattr\('kind', 'in', \[(.*)\]\) "
+                                r"\| list \}\}", loop).group(1).replace("'", "").replace(" ", "").split(","))
+    assert selected == {"stray_blob", "incomplete"}, loop
+
+    report = verify(cache, manifest)
+    removed = sorted(p["path"] for p in report["problems"] if p["kind"] in selected)
+    assert removed == sorted(strays), report["problems"]
+    for rel in removed:
+        os.unlink(os.path.join(str(repo), rel))
+    after = _tree(tmp_path / "hub")
+    gone = sorted(set(before) - set(after))
+    assert gone == sorted(os.path.join(FOLDER, rel) for rel in strays), gone
+    assert {rel: before[rel] for rel in after} == after, "something else changed"

@@ -23,7 +23,7 @@ import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from vllm import __version__, log
 from vllm import engine as behaviour
@@ -309,17 +309,27 @@ class Handler(BaseHTTPRequestHandler):
         except ApiError as exc:
             self._json(exc.status, exc.body())
             return
+        finished = []
+
+        def finish() -> None:
+            # The engine counts the request before its output reaches the client, as vLLM's output
+            # processor does: a /metrics read right after the reply already includes it.
+            if not finished:
+                finished.append(True)
+                self.engine.finish(prompt_tokens, n_tokens, finish_reason)
         try:
             model = body.get('model') or self.engine.served_names[0]
             with self.engine.sched.generation(reply, prompt_tokens, arrived) as gen:
                 if body.get('stream'):
                     include_usage = bool((body.get('stream_options') or {}).get('include_usage'))
-                    self._stream(chat, model, prompt_tokens, n_tokens, finish_reason, include_usage, gen, body)
+                    self._stream(chat, model, prompt_tokens, n_tokens, finish_reason, include_usage, gen, body, finish)
                 else:
                     tokens = [t for step in self.engine.steps(n_tokens, gen) for t in step]
-                    self._json(200, self._response(chat, model, tokens, prompt_tokens, n_tokens, finish_reason, gen, body))
+                    response = self._response(chat, model, tokens, prompt_tokens, n_tokens, finish_reason, gen, body)
+                    finish()
+                    self._json(200, response)
         finally:
-            self.engine.finish(prompt_tokens, n_tokens, finish_reason)
+            finish()
 
     # ------------------------------------------------------------------ bodies
     @staticmethod
@@ -365,7 +375,7 @@ class Handler(BaseHTTPRequestHandler):
         self._chunk(('data: %s\n\n' % text).encode())
 
     def _stream(self, chat: bool, model: str, prompt_tokens: int, n_tokens: int, finish_reason: str, include_usage: bool,
-                gen: behaviour.Generation, body: Dict[str, Any]) -> None:
+                gen: behaviour.Generation, body: Dict[str, Any], done: Optional[Callable[[], None]] = None) -> None:
         self.send_response(200)
         self.send_header('Content-Type', 'text/event-stream; charset=utf-8')
         self.send_header('Cache-Control', 'no-cache')
@@ -403,6 +413,8 @@ class Handler(BaseHTTPRequestHandler):
                 else:
                     lps = behaviour.completion_logprobs(rows, top) if top is not None else None
                     self._event(frame({'index': 0, 'text': text, 'logprobs': lps, 'finish_reason': None, 'stop_reason': None}))
+            if done is not None:
+                done()      # counted before the last frames reach the client
             if chat:
                 self._event(frame({'index': 0, 'delta': {}, 'logprobs': None, 'finish_reason': finish_reason, 'stop_reason': None}))
             else:

@@ -35,7 +35,7 @@ def test_a_rail_port_that_is_down_is_no_candidate_and_the_resolver_fails_closed_
     env = _env(healthy.stdout)
     assert DEVICE in env["NCCL_IB_HCA"], env
     try:
-        _sim_state("spark-worker", "hcas.%s.ports.0.port_state=DOWN" % DEVICE)
+        _sim_state("spark-worker", "hcas.%s.ports.0.port_state=\"DOWN\"" % DEVICE)  # PATH=JSON
         port = siterun.ssh("spark-worker", "cat %s" % STATE_FILE)
         assert port.returncode == 0 and port.stdout == "1: DOWN\n", (port.stdout, port.stderr)
         address = siterun.ssh("spark-worker", "ip -4 -o addr show dev %s" % NETDEV)
@@ -49,7 +49,7 @@ def test_a_rail_port_that_is_down_is_no_candidate_and_the_resolver_fails_closed_
         assert "%s port 1" % DEVICE in down.stderr and "state DOWN" in down.stderr, down.stderr
         assert "192.168.110.2" in down.stderr, down.stderr
     finally:
-        _sim_state("spark-worker", "hcas.%s.ports.0.port_state=ACTIVE" % DEVICE)
+        _sim_state("spark-worker", "hcas.%s.ports.0.port_state=\"ACTIVE\"" % DEVICE)
     again = siterun.ssh("spark-worker", RESOLVE)
     assert again.returncode == 0, again.stderr
     assert _env(again.stdout) == env

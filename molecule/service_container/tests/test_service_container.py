@@ -213,6 +213,7 @@ def test_image_transfer_server_is_gone_after_the_transfer(host, expected):
     assert "ActiveState=active" not in state and "ActiveState=activating" not in state, state
     assert host.run("ss -Hltn 'sport = :%d'" % port).stdout.strip() == ""
     assert "dgxspark_image_transfer" not in host.check_output("ps -eo args")
+    assert not host.file(directory + "/curl.conf").exists  # the worker's copy of the token
     if expected["group"] != "spark_head":
         return  # the server runs on the head only: on a worker, the checks above hold as well
     assert not host.file(directory + "/token").exists

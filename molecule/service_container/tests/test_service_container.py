@@ -211,7 +211,8 @@ def test_image_transfer_server_is_gone_after_the_transfer(host, expected):
     port, directory = _transfer_defaults()
     state = host.check_output("systemctl show --property=LoadState,ActiveState %s", TRANSFER_UNIT)
     assert "ActiveState=active" not in state and "ActiveState=activating" not in state, state
-    assert host.run("ss -Hltn 'sport = :%d'" % port).stdout.strip() == ""
+    listening = host.run("ss -Hltn 'sport = :%d'" % port)
+    assert listening.rc == 0 and listening.stdout.strip() == "", listening
     assert "dgxspark_image_transfer" not in host.check_output("ps -eo args")
     assert not host.file(directory + "/curl.conf").exists  # the worker's copy of the token
     if expected["group"] != "spark_head":

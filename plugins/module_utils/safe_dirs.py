@@ -110,7 +110,7 @@ def ensure(path, uid, gid, mode, parent=False, check=False):
     answer says what would be done.
     """
     made = []
-    fd, _ = _walk_parent(path, create=not check, made=made)
+    fd = _walk_parent(path, create=not check, made=made)[0]
     if fd is None:  # check mode, an ancestor missing
         return 'created'
     name = os.path.basename(path)

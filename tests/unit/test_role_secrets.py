@@ -11,7 +11,8 @@ The rule (no sim, no ansible run; the YAML and the templates are read as text):
    holds the module's arguments). Reading variables by pattern (``query('ansible.builtin.vars', *names)``
    where ``names`` came from a ``varnames`` pattern that can match a secret) counts as naming every secret.
 3. A value given to an option that one of the collection's modules declares ``no_log=True`` is masked by the
-   module itself (its result and its journal line), so that use does not count. A use is harmless when the value only passes through a sanitiser: ``| length``, ``| bool``, ``| hash``,
+   module itself (its result and its journal line), so that use does not count. A use is harmless when the
+   value only passes through a sanitiser: ``| length``, ``| bool``, ``| hash``,
    an ``is`` test, or one of the collection's filters that never return the secret they are given (each
    listed below with the test that shows it). Such a use neither makes a task touch the secret nor carries it.
 4. A task touches a secret when any of its strings (module arguments, ``vars``, ``when``, ``loop``, messages;
@@ -202,7 +203,7 @@ def _definitions():
             defs.append((name, _text(value)))
     registers = []
     for task_file, tasks in _task_files():
-        for task, _, _, _ in _tasks(tasks):
+        for task in (entry[0] for entry in _tasks(tasks)):
             for name, value in (task.get('vars') or {}).items():
                 defs.append((name, _text(value)))
             facts = task.get('ansible.builtin.set_fact') or task.get('set_fact')
@@ -245,7 +246,7 @@ def secrets_and_carriers():
     spec = _spec_secrets()
     defs, registers = _definitions()
     secrets = set(spec)
-    for name, _ in defs + [(r, None) for r, _, _ in registers]:
+    for name in [d[0] for d in defs] + [r[0] for r in registers]:
         if name.startswith('__') and SECRET_WORD.search(name) and not WHERE_IT_LIVES.search(name):
             secrets.add(name)
     wholesale = _wholesale_names(defs, spec)
@@ -280,13 +281,13 @@ def findings():
 
 
 def test_every_task_that_touches_a_secret_hides_it():
-    _, _, problems = findings()
+    problems = findings()[2]
     assert not problems, '\n'.join(problems)
 
 
 def test_the_rule_sees_the_secrets_it_must():
     """The rule is not vacuous: it finds the declared secrets and the names that carry them."""
-    spec, secrets, _ = findings()
+    spec, secrets = findings()[:2]
     assert {'runtime_vllm_api_key', 'checkpoint_hf_token'} <= spec
     assert {'__runtime_transfer_token', '__runtime_vllm_knobs'} <= secrets
     assert not any(WHERE_IT_LIVES.search(s) for s in secrets - spec)
@@ -324,6 +325,6 @@ def test_a_task_without_no_log_is_found(tmp_path, monkeypatch):
         '- name: Write\n  ansible.builtin.template:\n    src: k.j2\n    dest: /x\n  no_log: true\n'
         '- name: Fine\n  ansible.builtin.debug:\n    msg: "{{ r_key | length }}"\n')
     monkeypatch.setattr(sys.modules[__name__], 'ROLES', role.parent)
-    _, _, problems = findings()
+    problems = findings()[2]
     assert problems == ['roles/r/tasks/main.yml: Leak uses __r_header without no_log: true',
                         'roles/r/tasks/main.yml: Write writes r_key to a file without diff: false'], problems

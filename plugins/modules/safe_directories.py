@@ -89,14 +89,20 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils import safe_dirs
 
 def _ids(module, entry):
     group = entry["group"] or entry["owner"]
+    # In check mode the user an earlier task would create may not exist yet: the directory then counts as to be
+    # made or fixed (an id no file has), never as a failure.
     try:
         uid = pwd.getpwnam(entry["owner"]).pw_uid
     except KeyError:
-        module.fail_json(msg="%s: no user %s on this node" % (entry["path"], entry["owner"]))
+        if not module.check_mode:
+            module.fail_json(msg="%s: no user %s on this node" % (entry["path"], entry["owner"]))
+        uid = -2
     try:
         gid = grp.getgrnam(group).gr_gid
     except KeyError:
-        module.fail_json(msg="%s: no group %s on this node" % (entry["path"], group))
+        if not module.check_mode:
+            module.fail_json(msg="%s: no group %s on this node" % (entry["path"], group))
+        gid = -2
     try:
         mode = int(entry["mode"], 8)
     except ValueError:

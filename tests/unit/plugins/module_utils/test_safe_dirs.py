@@ -183,5 +183,8 @@ def test_the_module_reports_what_it_made_and_stops_at_the_first_link(tree):
     result = _module({"directories": dirs + [{"path": str(home / "hf-home"), "owner": "root", "mode": "0755"}]})
     assert result["failed"] and str(home / "hf-home") in result["msg"] and "symbolic link" in result["msg"]
     assert _state(victim) == (0, 0, 0o700)
-    result = _module({"directories": [{"path": str(home / "x"), "owner": "no-such-user-here", "mode": "0755"}]})
+    missing_user = {"directories": [{"path": str(home / ".ssh"), "owner": "no-such-user-here", "mode": "0700"}]}
+    result = _module(missing_user)
     assert result["failed"] and "no user no-such-user-here" in result["msg"]
+    # check mode before the user exists (a fresh node): to be fixed, not a failure
+    assert _module(missing_user, check=True) == {"changed": True, "created": [], "fixed": [str(home / ".ssh")]}

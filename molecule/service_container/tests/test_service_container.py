@@ -191,3 +191,42 @@ def test_every_node_runs_the_same_image_id(host):
                      other.check_output("docker image inspect --format '{{.Id}}' %s" % IMAGE))
     assert len(set(ids.values())) == 1, ids
     assert ids[sorted(HOSTS)[0]][0].startswith("sha256:")
+
+
+TRANSFER_UNIT = "dgxspark-image-transfer.service"
+# The transfer token's shape (roles/runtime/tasks/transfer.yml): a fixed prefix and 40 letters/digits. This
+# pattern, as text, does not match itself, so the sudo/ssh records of this very check cannot trip it.
+TOKEN_RE = "dgxspark_xfer_[A-Za-z0-9]{20}"
+
+
+def _transfer_defaults():
+    with open(os.path.join(os.path.dirname(os.path.dirname(SCENARIO)), "roles", "runtime", "defaults", "main.yml"),
+              encoding="utf-8") as handle:
+        defaults = yaml.safe_load(handle)
+    return (VARS.get("runtime_container_transfer_port", defaults["runtime_container_transfer_port"]),
+            VARS.get("runtime_container_transfer_dir", defaults["runtime_container_transfer_dir"]))
+
+
+def test_image_transfer_server_is_gone_after_the_transfer(host, expected):
+    port, directory = _transfer_defaults()
+    state = host.check_output("systemctl show --property=LoadState,ActiveState %s", TRANSFER_UNIT)
+    assert "ActiveState=active" not in state and "ActiveState=activating" not in state, state
+    listening = host.run("ss -Hltn 'sport = :%d'" % port)
+    assert listening.rc == 0 and listening.stdout.strip() == "", listening
+    assert "dgxspark_image_transfer" not in host.check_output("ps -eo args")
+    assert not host.file(directory + "/curl.conf").exists  # the worker's copy of the token
+    if expected["group"] != "spark_head":
+        return  # the server runs on the head only: on a worker, the checks above hold as well
+    assert not host.file(directory + "/token").exists
+    assert host.check_output("find %s -name 'image-*.tar'", directory) == ""
+    # It left by itself (every worker read the whole file), once per transfer (converge, case 3), not stopped.
+    journal = host.check_output("journalctl --no-pager -o cat -u %s", TRANSFER_UNIT)
+    assert journal.count("every peer fetched the whole file; exiting") >= 2, journal[-2000:]
+    for worker in (h for h, v in HOSTS.items() if v["group"] == "spark_workers"):
+        ipv4 = HOSTS[worker]["dgxspark_fabric_rails"][0]["ipv4"]
+        assert "%s: complete (" % ipv4 in journal, journal[-2000:]
+
+
+def test_transfer_token_never_in_the_journal(host):
+    found = host.run("journalctl --no-pager -o cat | grep -cE '%s'" % TOKEN_RE)
+    assert found.stdout.strip() == "0", "the transfer token appears in %s's journal" % host.backend.get_hostname()

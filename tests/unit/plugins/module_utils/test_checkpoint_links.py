@@ -194,9 +194,13 @@ def _tasks(name):
 
 
 def test_the_directory_tasks_never_follow_a_link():
-    for name, task in (("setup.yml", "Create the directories"), ("head.yml", "Create the manifest and HF_HOME directories")):
-        found = [t for t in _tasks(name) if t.get("name") == task]
-        assert found and found[0]["ansible.builtin.file"]["follow"] is False, (name, task)
+    """Both go through safe_directories (fd-based, no check-then-act: tests/unit/plugins/module_utils/test_safe_dirs.py)."""
+    for name, task, dirs in (("setup.yml", "Create the directories", "__checkpoint_dirs"),
+                             ("head.yml", "Create the manifest and HF_HOME directories", "__checkpoint_head_dirs")):
+        found = [t for t in _tasks(name) if t.get("name", "").startswith(task)]
+        assert found and dirs in found[0]["dgxspark.cluster.safe_directories"]["directories"], (name, task)
+        assert not [t for t in _tasks(name) if "ansible.builtin.file" in t
+                    and t["ansible.builtin.file"].get("state") == "directory"], name
 
 
 def test_the_stray_blob_removal_runs_as_the_checkpoint_user():
@@ -210,8 +214,8 @@ def test_existing_parents_are_never_chowned():
         dirs = yaml.safe_load(handle)["__checkpoint_dirs"]
     parents = [d["path"] for d in dirs if d.get("parent")]
     assert parents == ["{{ checkpoint_home | dirname }}", "{{ checkpoint_cache_dir | dirname }}"]
-    task = [t for t in _tasks("setup.yml") if t.get("name") == "Create the directories"][0]
-    assert "item.parent" in task["when"]
+    task = [t for t in _tasks("setup.yml") if t.get("name", "").startswith("Create the directories")][0]
+    assert task["dgxspark.cluster.safe_directories"]["directories"] == "{{ __checkpoint_dirs }}"  # parent: honoured there
 
 
 def test_the_runtime_leaves_existing_parents_alone_too():

@@ -1,0 +1,153 @@
+# -*- coding: utf-8 -*-
+# Copyright: dgxspark.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Create or fix directories as root without following a link someone else could plant (stdlib only).
+
+A check (stat) then a create or chown/chmod by path lets whoever owns the parent swap the entry for a
+symbolic link in between, and root then acts on the link's target. Here every step works on file
+descriptors instead:
+
+- the path is walked from ``/`` one component at a time (``openat``); a link is followed only where it sits
+  in a directory that root owns and no one else can write (only root can have put it there), and then its
+  target is walked the same way; a link anywhere else fails naming the path;
+- a missing directory is made with ``mkdirat`` (which refuses an existing name, a link included), then opened
+  with ``O_NOFOLLOW | O_DIRECTORY`` and given its owner and mode through ``fchown``/``fchmod``: whatever is
+  swapped in afterwards, the calls reach the directory that was made;
+- an existing directory is opened the same way (a link there: ELOOP, refused) and fixed through its descriptor;
+- a ``parent`` entry is only created when missing (an existing parent keeps its owner and mode).
+
+Missing intermediate directories are made root:root 0755. ``ensure`` raises ``UnsafePath`` with a message
+naming the path and what was found.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+_DIR_FLAGS = os.O_RDONLY | getattr(os, 'O_DIRECTORY', 0) | getattr(os, 'O_CLOEXEC', 0)
+_NOFOLLOW = getattr(os, 'O_NOFOLLOW', 0)
+MAX_LINKS = 40
+
+
+class UnsafePath(Exception):
+    pass
+
+
+def _trusted(info):
+    """Only root can change the entries of this directory."""
+    return info.st_uid == 0 and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def _open_dir(name, dir_fd, path):
+    try:
+        return os.open(name, _DIR_FLAGS | _NOFOLLOW, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # Linux answers ENOTDIR for a link with O_DIRECTORY
+            try:
+                link = stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+            except OSError:
+                link = False
+            if link or exc.errno == errno.ELOOP:
+                raise UnsafePath('%s is a symbolic link (it appeared while this step ran); expected a directory' % path)
+            raise UnsafePath('%s is not a directory' % path)
+        raise UnsafePath('cannot open %s: %s' % (path, exc.strerror))
+
+
+def _walk_parent(path, create, made):
+    """An fd of ``path``'s parent directory, walked from / without following an untrusted link."""
+    if not os.path.isabs(path) or os.path.normpath(path) != path or path == '/':
+        raise UnsafePath('%s is not an absolute, normalised path below /' % path)
+    todo = path.split('/')[1:-1]
+    where = ''
+    fd = os.open('/', _DIR_FLAGS)
+    links = 0
+    try:
+        while todo:
+            name = todo.pop(0)
+            if name in ('', '.'):
+                continue
+            if name == '..':
+                raise UnsafePath('%s: a link on the way leads through ..; refusing it' % path)
+            here = where + '/' + name
+            parent_info = os.fstat(fd)
+            try:
+                info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                if not create:
+                    return None, ''
+                os.mkdir(name, 0o755, dir_fd=fd)
+                made.append(here)
+                info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if stat.S_ISLNK(info.st_mode):
+                if not _trusted(parent_info) or info.st_uid != 0:
+                    raise UnsafePath('%s is a symbolic link in a directory another user controls (on the way to %s); '
+                                     'expected a directory' % (here, path))
+                links += 1
+                if links > MAX_LINKS:
+                    raise UnsafePath('%s: too many symbolic links on the way' % path)
+                target = os.readlink(name, dir_fd=fd)
+                if target.startswith('/'):
+                    os.close(fd)
+                    fd = os.open('/', _DIR_FLAGS)
+                    where = ''
+                todo = target.split('/') + todo
+                continue
+            nfd = _open_dir(name, fd, here)
+            os.close(fd)
+            fd, where = nfd, here
+        return fd, where
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def ensure(path, uid, gid, mode, parent=False, check=False):
+    """Make ``path`` a directory owned uid:gid with ``mode``; returns 'created', 'fixed' or None (as it was).
+
+    With ``parent``, an existing directory is left as it is. With ``check``, nothing is changed and the
+    answer says what would be done.
+    """
+    made = []
+    fd = _walk_parent(path, create=not check, made=made)[0]
+    if fd is None:  # check mode, an ancestor missing
+        return 'created'
+    name = os.path.basename(path)
+    try:
+        try:
+            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            info = None
+        if info is None:
+            if check:
+                return 'created'
+            try:
+                os.mkdir(name, 0o700, dir_fd=fd)
+            except FileExistsError:
+                raise UnsafePath('%s appeared while this step ran; refusing to touch it' % path)
+            dfd = _open_dir(name, fd, path)
+            try:
+                os.fchown(dfd, uid, gid)
+                os.fchmod(dfd, mode)
+            finally:
+                os.close(dfd)
+            return 'created'
+        if stat.S_ISLNK(info.st_mode):
+            raise UnsafePath('%s is a symbolic link; expected a directory (a link is not followed)' % path)
+        if not stat.S_ISDIR(info.st_mode):
+            raise UnsafePath('%s is not a directory' % path)
+        if parent:
+            return None
+        dfd = _open_dir(name, fd, path)
+        try:
+            now = os.fstat(dfd)
+            wrong = (now.st_uid, now.st_gid) != (uid, gid) or stat.S_IMODE(now.st_mode) != mode
+            if wrong and not check:
+                os.fchown(dfd, uid, gid)
+                os.fchmod(dfd, mode)
+        finally:
+            os.close(dfd)
+        return 'fixed' if wrong else None
+    finally:
+        os.close(fd)

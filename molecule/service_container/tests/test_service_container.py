@@ -111,7 +111,10 @@ def test_api_key_not_in_argv_or_unit(host, expected):
 
 def test_head_serves(host, expected):
     if expected["group"] != "spark_head":
-        pytest.skip("the API runs on the head")
+        # the worker's rank is headless (--headless): nothing of it answers on the API port
+        listening = host.check_output("ss -Hltn 'sport = :8888'")
+        assert listening.strip() == "", "the worker listens on the API port: %s" % listening
+        return
     check = host.run("python3 /usr/local/lib/dgxspark/dgxspark_vllm_check.py --url http://127.0.0.1:8888 "
                      "--served-model-name deepseek-v4-flash-0731 --max-model-len 1048576 "
                      "--secret-env-file /etc/dgxspark/vllm-secret.env")

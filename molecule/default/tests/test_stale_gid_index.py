@@ -103,6 +103,8 @@ def test_a_stale_gid_index_on_the_worker_fails_its_rank_and_the_head_then_both_s
         _ok("spark-worker", "sudo rm -f %s %s && (sudo rmdir %s 2>/dev/null || true) && sudo systemctl daemon-reload"
             % (DROPIN, STALE_ENV, DROPIN_DIR))
 
+    # stop the failing rank first (systemd restarts it on failure): the lines after the mark are the new start's
+    _ok("spark-worker", "sudo systemctl stop dgxspark-vllm")
     _mark_journal("spark-worker", "/tmp/stale-gid.cursor")
     _restart_both()
     _wait(_head_serves, 180, "the head serves again without the drop-in")

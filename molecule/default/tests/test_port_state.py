@@ -40,7 +40,7 @@ def test_a_rail_port_that_is_down_is_no_candidate_and_the_resolver_fails_closed_
         assert port.returncode == 0 and port.stdout == "1: DOWN\n", (port.stdout, port.stderr)
         address = siterun.ssh("spark-worker", "ip -4 -o addr show dev %s" % NETDEV)
         assert "192.168.110.2/" in address.stdout, "the address must stay on the netdev: %s" % address.stdout
-        gids = [line for line in siterun.ssh("spark-worker", "show_gids").stdout.splitlines()
+        gids = [line for line in siterun.ssh("spark-worker", "/usr/sbin/show_gids").stdout.splitlines()
                 if line.startswith(DEVICE + "\t") and "192.168.110.2" in line]
         assert any("v2" in line for line in gids), "the RoCE v2 GID must stay on the DOWN port: %s" % gids
         down = siterun.ssh("spark-worker", RESOLVE)

@@ -14,9 +14,9 @@ description:
   - Reads C(/proc/meminfo) and every process's resident set (C(/proc/<pid>/statm)), and reports whether
     C(MemAvailable) reaches O(minimum_mb), with one line naming the figures, the page cache and the largest
     processes. Reads only; the caller decides (asserts C(ok)).
-  - With O(unit), the check is made only while that unit does not run (C(systemctl show -p ActiveState)): while it
-    runs, vLLM itself holds the memory; a unit is never stopped for the check. Not made, C(ok) is true and C(checked)
-    false, with the reason.
+  - With O(unit), the check is made only while that unit does not run (C(systemctl show -p ActiveState)); while it
+    runs, vLLM itself holds the memory, and a unit is never stopped for the check. When it is not made, C(ok) is true
+    and C(checked) false, with the reason.
   - With O(resident_paths), also reports how many bytes of those files (a directory is walked, links are not
     followed) are in the page cache now, measured with C(mincore(2)) (what C(fincore) reports).
 author:

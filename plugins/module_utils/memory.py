@@ -16,11 +16,34 @@
 
 The largest processes by resident set, with their command (``/proc/<pid>/cmdline``,
 NUL-separated, or ``comm`` for a kernel thread).
+
+The check is made only while the serving unit does not run (``systemctl show -p ActiveState``:
+``inactive``, ``failed``, or an unknown unit): while it runs, vLLM itself holds the memory, and a
+unit is never stopped to measure (``decide``).
 """
 
 from __future__ import annotations
 
 import os
+
+
+# ActiveState values of a unit whose process runs (or is starting, reloading, stopping).
+RUNNING_STATES = ("active", "activating", "reloading", "deactivating", "refreshing")
+
+
+def decide(minimum_mb, unit_state=None, unit=""):
+    """Whether the MemAvailable check is made now: ``(check, reason)``.
+
+    ``minimum_mb`` 0 (or less) disables it; a unit in a running state skips it (vLLM holds the memory:
+    the check is for the start, and the unit is never stopped for it). ``unit_state`` None: no unit to
+    look at, the check is made.
+    """
+    if int(minimum_mb or 0) <= 0:
+        return False, "the minimum is 0 (the check is disabled)"
+    state = (unit_state or "").strip()
+    if state in RUNNING_STATES:
+        return False, "%s is %s: vLLM holds the memory, the check is for a start" % (unit or "the unit", state)
+    return True, ""
 
 
 def meminfo(text):
@@ -81,13 +104,31 @@ def largest_processes(proc="/proc", count=5, page=None):
     return found[:count]
 
 
-def report(info, processes, minimum_mb):
-    """One line naming the figures and what holds the memory (the page cache, the largest processes)."""
+def report(info, processes, minimum_mb, resident=None):
+    """One line naming the figures and what holds the memory (the page cache, the largest processes).
+    ``resident``: bytes of given files (the checkpoint's blobs) in the page cache, named when given."""
     def gib(kb):
         return "%.1f GiB" % (kb / 1048576.0)
     procs = ", ".join("%s (pid %d) %s" % (p["command"].split(" ")[0] or "?", p["pid"], gib(p["rss_kb"]))
                       for p in processes)
-    return ("MemAvailable %s of MemTotal %s, expected at least %s; page cache (Cached) %s, of it dirty %s; "
+    files = "" if resident is None else ", of it the checkpoint's files %s" % gib(resident // 1024)
+    return ("MemAvailable %s of MemTotal %s, expected at least %s; page cache (Cached) %s, of it dirty %s%s; "
             "largest processes: %s" % (gib(info.get("MemAvailable", 0)), gib(info.get("MemTotal", 0)),
                                        gib(minimum_mb * 1024), gib(info.get("Cached", 0)), gib(info.get("Dirty", 0)),
-                                       procs or "none readable"))
+                                       files, procs or "none readable"))
+
+
+def files_under(paths):
+    """Regular files at or under these paths (a directory is walked; links are not followed), sorted."""
+    found = []
+    for path in paths:
+        if os.path.islink(path):
+            continue
+        if os.path.isfile(path):
+            found.append(path)
+            continue
+        for base, dirs, names in os.walk(path):
+            dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(base, d)))
+            found.extend(os.path.join(base, n) for n in sorted(names)
+                         if os.path.isfile(os.path.join(base, n)) and not os.path.islink(os.path.join(base, n)))
+    return found

@@ -14,6 +14,11 @@ description:
   - Reads C(/proc/meminfo) and every process's resident set (C(/proc/<pid>/statm)), and reports whether
     C(MemAvailable) reaches O(minimum_mb), with one line naming the figures, the page cache and the largest
     processes. Reads only; the caller decides (asserts C(ok)).
+  - With O(unit), the check is made only while that unit does not run (C(systemctl show -p ActiveState)); while it
+    runs, vLLM itself holds the memory, and a unit is never stopped for the check. When it is not made, C(ok) is true
+    and C(checked) false, with the reason.
+  - With O(resident_paths), also reports how many bytes of those files (a directory is walked, links are not
+    followed) are in the page cache now, measured with C(mincore(2)) (what C(fincore) reports).
 author:
   - dgxspark.cluster maintainers (!UNKNOWN)
 extends_documentation_fragment:
@@ -34,6 +39,15 @@ options:
     description: How many of the largest processes to name.
     type: int
     default: 5
+  unit:
+    description: The serving unit; while it runs (active, activating, reloading, deactivating) no check is made.
+    type: str
+    default: ""
+  resident_paths:
+    description: Files or directories whose bytes in the page cache are measured (and named in C(msg)).
+    type: list
+    elements: path
+    default: []
 """
 
 EXAMPLES = r"""
@@ -46,12 +60,39 @@ EXAMPLES = r"""
   ansible.builtin.assert:
     that: memory.ok
     fail_msg: "{{ inventory_hostname }}: {{ memory.msg }}"
+
+- name: Check before the serving unit starts (no check while it runs), naming the checkpoint's resident pages
+  dgxspark.cluster.memory_report:
+    minimum_mb: 119808
+    unit: dgxspark-vllm.service
+    resident_paths: [/var/lib/dgxspark/huggingface/hub/models--deepseek-ai--DeepSeek-V4-Flash-0731/blobs]
+  register: memory
 """
 
 RETURN = r"""
 ok:
-  description: C(MemAvailable) >= O(minimum_mb).
+  description: C(MemAvailable) >= O(minimum_mb), or no check was made (C(checked) false).
   type: bool
+  returned: always
+checked:
+  description: The check was made (O(minimum_mb) above 0 and O(unit) not running).
+  type: bool
+  returned: always
+reason:
+  description: Why no check was made (empty when it was).
+  type: str
+  returned: always
+unit_state:
+  description: The ActiveState of O(unit) (empty without O(unit); C(inactive) for an unknown unit).
+  type: str
+  returned: always
+resident_bytes:
+  description: Bytes of the O(resident_paths) files in the page cache now.
+  type: int
+  returned: always
+resident_files:
+  description: How many files of O(resident_paths) were measured.
+  type: int
   returned: always
 meminfo:
   description: C(/proc/meminfo) as {key, kB}.
@@ -74,24 +115,39 @@ msg:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils import memory
+from ansible_collections.dgxspark.cluster.plugins.module_utils import hf_cache, memory
 
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(minimum_mb=dict(type="int", default=0), processes=dict(type="int", default=5)),
+        argument_spec=dict(minimum_mb=dict(type="int", default=0), processes=dict(type="int", default=5),
+                           unit=dict(type="str", default=""),
+                           resident_paths=dict(type="list", elements="path", default=[])),
         supports_check_mode=True,
     )
+    unit = module.params["unit"]
+    unit_state = None
+    if unit:
+        rc, out, err = module.run_command(["systemctl", "show", "--property=ActiveState", "--value", unit])
+        if rc != 0:
+            module.fail_json(msg="cannot read the state of %s: %s" % (unit, (err or out).strip()))
+        unit_state = out.strip() or "inactive"
+    minimum = module.params["minimum_mb"]
+    check, reason = memory.decide(minimum, unit_state, unit)
+    files = memory.files_under(module.params["resident_paths"])
+    resident = sum(hf_cache.resident_bytes(path) for path in files) if files else 0
     try:
         with open("/proc/meminfo", encoding="ascii", errors="replace") as handle:
             info = memory.meminfo(handle.read())
     except OSError as error:
         module.fail_json(msg="cannot read /proc/meminfo: %s" % error)
     largest = memory.largest_processes(count=module.params["processes"])
-    minimum = module.params["minimum_mb"]
     available_mb = info.get("MemAvailable", 0) // 1024
-    module.exit_json(changed=False, ok=available_mb >= minimum, meminfo=info, available_mb=available_mb,
-                     largest=largest, msg=memory.report(info, largest, minimum))
+    msg = memory.report(info, largest, minimum, resident if module.params["resident_paths"] else None)
+    module.exit_json(changed=False, ok=(available_mb >= minimum) if check else True, checked=check, reason=reason,
+                     unit_state=unit_state or "", meminfo=info, available_mb=available_mb, largest=largest,
+                     resident_bytes=resident, resident_files=len(files),
+                     msg=msg if check or not reason else "%s (not checked: %s)" % (msg, reason))
 
 
 if __name__ == "__main__":

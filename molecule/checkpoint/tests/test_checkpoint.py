@@ -1,6 +1,6 @@
 """Live state of the checkpoint scenario's sim pair after converge, idempotence
-and side_effect (interrupted sync, corrupted blobs, refs/main newline, daemon transport,
-lookalikes, page cache drop).
+and side_effect (interrupted download, page cache drop, interrupted sync, corrupted blobs,
+refs/main newline, daemon transport, lookalikes, pin change, MemAvailable checks).
 
 Molecule's `check` step is not in this scenario's test sequence (it asserts nothing): check mode
 is asserted once, site-wide, in the default scenario's verify (test_check_mode.py).

@@ -47,6 +47,7 @@ def test_offline_flag_follows_the_node_record(tmp_path):
     tasks.append({"name": "the hub cache follows the record too", "vars": {"__runtime_checkpoint_record_read": record()},
                   "ansible.builtin.assert": {"that": ["__runtime_hub_cache == '/srv/hub'"], "quiet": True}})
     play = [{"hosts": "localhost", "gather_facts": False, "connection": "local",
+             "vars": {"role_path": os.path.join(ROOT, "roles", "runtime")},
              "vars_files": [os.path.join(ROOT, "roles/runtime/defaults/main.yml"),
                             os.path.join(ROOT, "roles/runtime/vars/main.yml")],
              "tasks": tasks}]

@@ -33,3 +33,34 @@ def test_largest_processes_and_the_report(tmp_path):
                           "Dirty": 1048576}, top, 119808)
     assert line.startswith("MemAvailable 1.0 GiB of MemTotal ") and "expected at least 117.0 GiB" in line
     assert "page cache (Cached) 100.0 GiB, of it dirty 1.0 GiB" in line and "[ollama] (pid 13) 2.0 GiB" in line
+
+
+def test_decide_checks_only_before_a_start():
+    """The ~117 GiB check is made with the unit stopped (inactive, failed, unknown) or with no unit named; skipped while
+    it runs (never stopped for it) and with a minimum of 0."""
+    for state in ("inactive", "failed", "", None):
+        assert memory.decide(119808, state, "dgxspark-vllm.service") == (True, "")
+    for state in ("active", "activating", "reloading", "deactivating", "active\n"):
+        check, reason = memory.decide(119808, state, "dgxspark-vllm.service")
+        assert check is False and reason.startswith("dgxspark-vllm.service is %s: vLLM holds the memory" % state.strip())
+    assert memory.decide(0, "inactive") == (False, "the minimum is 0 (the check is disabled)")
+    assert memory.decide(0, "active")[0] is False and memory.decide(-1, None)[0] is False
+
+
+def test_files_under_walks_directories_and_follows_no_link(tmp_path):
+    (tmp_path / "blobs").mkdir()
+    (tmp_path / "blobs" / "b").write_bytes(b"x" * 10)
+    (tmp_path / "blobs" / "a").write_bytes(b"y")
+    (tmp_path / "blobs" / "sub").mkdir()
+    (tmp_path / "blobs" / "sub" / "c").write_bytes(b"z")
+    (tmp_path / "outside").write_bytes(b"o")
+    (tmp_path / "blobs" / "link").symlink_to(tmp_path / "outside")
+    (tmp_path / "blobs" / "dirlink").symlink_to(tmp_path)
+    found = memory.files_under([str(tmp_path / "blobs"), str(tmp_path / "outside"), str(tmp_path / "gone")])
+    assert found == [str(tmp_path / "blobs" / n) for n in ("a", "b", "sub/c")] + [str(tmp_path / "outside")]
+
+
+def test_report_names_the_resident_files():
+    info = {"MemAvailable": 1048576, "MemTotal": 2097152, "Cached": 1048576, "Dirty": 0}
+    assert ", of it the checkpoint's files 0.5 GiB; largest" in memory.report(info, [], 1, resident=512 * 1048576)
+    assert "checkpoint's files" not in memory.report(info, [], 1)

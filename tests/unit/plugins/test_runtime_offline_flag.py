@@ -9,11 +9,10 @@ from __future__ import annotations
 import base64
 import json
 import os
-import subprocess
-import sys
+
+import roleplay
 
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 REV = "9e165c30e2704aec5d9d593cce3eebd58bbef1cb"
 MODEL = "deepseek-ai/DeepSeek-V4-Flash-0731"
 
@@ -46,17 +45,4 @@ def test_offline_flag_follows_the_node_record(tmp_path):
             "fail_msg": "%s: got {{ __runtime_hf_hub_offline }}" % name}})
     tasks.append({"name": "the hub cache follows the record too", "vars": {"__runtime_checkpoint_record_read": record()},
                   "ansible.builtin.assert": {"that": ["__runtime_hub_cache == '/srv/hub'"], "quiet": True}})
-    play = [{"hosts": "localhost", "gather_facts": False, "connection": "local",
-             "vars": {"role_path": os.path.join(ROOT, "roles", "runtime")},
-             "vars_files": [os.path.join(ROOT, "roles/runtime/defaults/main.yml"),
-                            os.path.join(ROOT, "roles/runtime/vars/main.yml")],
-             "tasks": tasks}]
-    playbook = tmp_path / "play.yml"
-    playbook.write_text(json.dumps(play))
-    binary = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, "collections"),
-               ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run([binary, "-i", "localhost,", str(playbook)], capture_output=True, text=True, env=env,
-                          timeout=300, check=False)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert proc.stdout.count("ok: [localhost]") == len(CASES) + 1
+    roleplay.run_role_tasks(tmp_path, "runtime", tasks)

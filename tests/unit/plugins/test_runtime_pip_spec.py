@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import yaml
+
+import roleplay
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 VENV_TASKS = os.path.join(ROOT, "roles", "runtime", "tasks", "venv.yml")
@@ -95,17 +95,4 @@ def test_the_install_commands_for_every_spec_form(tmp_path):
                            "__case_vllm == %s" % json.dumps(vllm_argv),
                        ] + (["__case_torch == %s" % json.dumps(torch_argv)] if torch_argv else []),
                            "fail_msg": "%s: torch {{ __case_torch }} (runs {{ __case_torch_runs }}), vllm {{ __case_vllm }}" % name}})
-    play = [{"hosts": "localhost", "gather_facts": False, "connection": "local",
-             "vars_files": [os.path.join(ROOT, "roles/runtime/defaults/main.yml"),
-                            os.path.join(ROOT, "roles/runtime/vars/main.yml")],
-             "vars": {"__runtime_wheel": "/unused.whl"},
-             "tasks": checks}]
-    playbook = tmp_path / "play.yml"
-    playbook.write_text(json.dumps(play))
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, "collections"),
-               ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    binary = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
-    proc = subprocess.run([binary, "-i", "localhost,", str(playbook)], capture_output=True, text=True, env=env,
-                          timeout=300, check=False)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert proc.stdout.count("ok: [localhost]") == 2 * len(CASES)
+    roleplay.run_role_tasks(tmp_path, "runtime", checks, play_vars={"__runtime_wheel": "/unused.whl"})

@@ -9,12 +9,10 @@ from __future__ import annotations
 import base64
 import json
 import os
-import shutil
-import subprocess
-import sys
 
-import pytest
 import yaml
+
+import roleplay
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 MODEL = "deepseek-ai/DeepSeek-V4-Flash-0731"
@@ -41,8 +39,6 @@ CASES = [
 ]
 
 
-@pytest.mark.skipif(shutil.which("ansible-playbook") is None and not os.path.exists(
-    os.path.join(os.path.dirname(sys.executable), "ansible-playbook")), reason="ansible-playbook not installed")
 def test_vllm_revision_follows_checkpoint_revision(tmp_path):
     assert PIN != NEXT and len(PIN) == 40
     tasks = []
@@ -60,17 +56,4 @@ def test_vllm_revision_follows_checkpoint_revision(tmp_path):
     tasks.append({"name": "a record of the old pin after a change that set only checkpoint_revision keeps vLLM online",
                   "vars": {"checkpoint_revision": NEXT, "__runtime_checkpoint_record_read": record(PIN)},
                   "ansible.builtin.assert": {"that": ["not (__runtime_hf_hub_offline | bool)"], "quiet": True}})
-    play = [{"hosts": "localhost", "gather_facts": False, "connection": "local",
-             "vars": {"role_path": os.path.join(ROOT, "roles", "runtime")},
-             "vars_files": [os.path.join(ROOT, "roles/runtime/defaults/main.yml"),
-                            os.path.join(ROOT, "roles/runtime/vars/main.yml")],
-             "tasks": tasks}]
-    playbook = tmp_path / "play.yml"
-    playbook.write_text(json.dumps(play))
-    binary = shutil.which("ansible-playbook") or os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, "collections"),
-               ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run([binary, "-i", "localhost,", str(playbook)], capture_output=True, text=True, env=env,
-                          timeout=300, check=False)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert proc.stdout.count("ok: [localhost]") == len(CASES) + 1
+    roleplay.run_role_tasks(tmp_path, "runtime", tasks)

@@ -18,7 +18,8 @@ description:
     runs, vLLM itself holds the memory, and a unit is never stopped for the check. When it is not made, C(ok) is true
     and C(checked) false, with the reason.
   - With O(resident_paths), also reports how many bytes of those files (a directory is walked, links are not
-    followed) are in the page cache now, measured with C(mincore(2)) (what C(fincore) reports).
+    followed) are in the page cache now, measured with C(mincore(2)) (what C(fincore) reports); not while O(unit)
+    runs.
 author:
   - dgxspark.cluster maintainers (!UNKNOWN)
 extends_documentation_fragment:
@@ -87,7 +88,7 @@ unit_state:
   type: str
   returned: always
 resident_bytes:
-  description: Bytes of the O(resident_paths) files in the page cache now.
+  description: Bytes of the O(resident_paths) files in the page cache now (0, not measured, while O(unit) runs).
   type: int
   returned: always
 resident_files:
@@ -134,8 +135,10 @@ def main():
         unit_state = out.strip() or "inactive"
     minimum = module.params["minimum_mb"]
     check, reason = memory.decide(minimum, unit_state, unit)
-    files = memory.files_under(module.params["resident_paths"])
-    resident = sum(hf_cache.resident_bytes(path) for path in files) if files else 0
+    # not while the unit runs: the figures are for a start, and walking the blobs then is work for nothing
+    measured = bool(module.params["resident_paths"]) and unit_state not in memory.RUNNING_STATES
+    files = memory.files_under(module.params["resident_paths"]) if measured else []
+    resident = sum(hf_cache.resident_bytes(path) for path in files)
     try:
         with open("/proc/meminfo", encoding="ascii", errors="replace") as handle:
             info = memory.meminfo(handle.read())
@@ -143,7 +146,7 @@ def main():
         module.fail_json(msg="cannot read /proc/meminfo: %s" % error)
     largest = memory.largest_processes(count=module.params["processes"])
     available_mb = info.get("MemAvailable", 0) // 1024
-    msg = memory.report(info, largest, minimum, resident if module.params["resident_paths"] else None)
+    msg = memory.report(info, largest, minimum, resident if measured else None)
     module.exit_json(changed=False, ok=(available_mb >= minimum) if check else True, checked=check, reason=reason,
                      unit_state=unit_state or "", meminfo=info, available_mb=available_mb, largest=largest,
                      resident_bytes=resident, resident_files=len(files),

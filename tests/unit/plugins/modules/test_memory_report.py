@@ -70,3 +70,14 @@ def test_the_residency_of_given_files(tmp_path):
     assert "of it the checkpoint's files 0.0 GiB" in result["msg"]
     result, _calls = run({"minimum_mb": 0, "resident_paths": [str(blobs)]})
     assert result["resident_files"] == 2 and 0 <= result["resident_bytes"] <= 2 * len(data)
+
+
+def test_no_residency_walk_while_the_unit_runs(tmp_path):
+    (tmp_path / "blob").write_bytes(b"w" * 4096)
+    walked = []
+    with mock.patch.object(memory_report.hf_cache, "resident_bytes", lambda path: walked.append(path) or 4096):
+        result, _calls = run({"minimum_mb": 1, "unit": "dgxspark-vllm.service", "resident_paths": [str(tmp_path)]},
+                             unit_state="active\n")
+        assert walked == [] and result["resident_files"] == 0 and "checkpoint's files" not in result["msg"]
+        result, _calls = run({"minimum_mb": 1, "unit": "dgxspark-vllm.service", "resident_paths": [str(tmp_path)]})
+    assert walked == [str(tmp_path / "blob")] and result["resident_files"] == 1 and result["resident_bytes"] == 4096

@@ -26,6 +26,15 @@ gate_pytest() { python -m pytest -q tests/unit ; }
 # Every scenario is in a lane: a scenario left out would be a test that never runs.
 # MOLECULE_SCENARIOS="a b" runs those one after another instead (one lane).
 GATE_LANES=("default" "nic service_container clock_cap" "service checkpoint driver")
+# failures LOG: every failed task of the log (the last 8, each with 30 lines), rescued and ignored ones
+# included: a host that carried on without a failed one can push the cause out of the log's tail
+failures() {
+  local line
+  for line in $(grep -n -E '\[ERROR\]: Task failed' "$1" | cut -d: -f1 | tail -n 8); do
+    echo "----- failed task at line $line of its log -----"
+    sed -n "$(( line > 4 ? line - 4 : 1 )),$(( line + 26 ))p" "$1"
+  done
+}
 molecule_lane() {  # scenario... : run them in order, log each to .cache/molecule/NAME.log
   local rc=0 scenario t0 log
   for scenario in "$@"; do
@@ -34,7 +43,9 @@ molecule_lane() {  # scenario... : run them in order, log each to .cache/molecul
     if molecule test -s "$scenario" >"$log" 2>&1; then
       echo "molecule $scenario: passed in $(( $(date +%s) - t0 ))s (log: .cache/molecule/$scenario.log)"
     else
-      echo "molecule $scenario: FAILED after $(( $(date +%s) - t0 ))s; the end of its log:"
+      echo "molecule $scenario: FAILED after $(( $(date +%s) - t0 ))s"
+      failures "$log" | sed "s/^/  [$scenario] /"
+      echo "the end of its log:"
       tail -n 150 "$log" | sed "s/^/  [$scenario] /"
       rc=1
     fi

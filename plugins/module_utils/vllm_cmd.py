@@ -145,14 +145,10 @@ COMPILATION_FLAGS = ('--compilation-config', '-O')
 SECRET_FLAGS = ('--api-key',)
 
 # Static, non-secret environment of the recipe (seed 004 / MIA .env.dspark.example and compose;
-# platform facts "NIC and fabric"). Values are strings, as in an environment file.
+# platform facts "NIC and fabric"). Values are strings, as in an environment file. The recipe's static
+# fabric knobs (NCCL_NET, NCCL_IB_DISABLE, NCCL_CROSS_NIC, ...) are not here: the nic role owns them
+# (nic_nccl_static_env), and its resolver's file, read after this one, carries them with the per-host values.
 STATIC_ENV = (
-    ('NCCL_NET', 'IB'),
-    ('NCCL_IB_DISABLE', '0'),
-    ('NCCL_CROSS_NIC', '1'),
-    ('NCCL_CUMEM_ENABLE', '0'),
-    ('NCCL_IGNORE_CPU_AFFINITY', '1'),
-    ('NCCL_NVLS_ENABLE', '0'),
     ('NCCL_DEBUG', 'WARN'),
     ('VLLM_USE_BREAKABLE_CUDAGRAPH', '0'),          # seed 004: keep 0; unset enables the slower breakable graphs
     ('VLLM_PREFIX_CACHE_RETENTION_INTERVAL', '4096'),  # seed 004: issue #26 SWA prefix-cache spacing
@@ -572,8 +568,8 @@ def serve_warnings(knobs: Optional[Mapping[str, Any]], runtime_kind: str = 'cont
 def serve_env(knobs: Optional[Mapping[str, Any]], runtime_kind: str = 'container') -> Dict[str, str]:
     """The static, non-secret environment of ``vllm serve`` (string values), ``runtime_vllm_env`` merged last.
 
-    >>> serve_env({})['NCCL_NET'], serve_env({})['HF_HUB_OFFLINE']
-    ('IB', '1')
+    >>> serve_env({})['NCCL_DEBUG'], serve_env({})['HF_HUB_OFFLINE']
+    ('WARN', '1')
     """
     conf = resolve_knobs(knobs, runtime_kind)
     env = dict(STATIC_ENV)

@@ -18,6 +18,14 @@ def run_role_tasks(tmp_path, role, tasks, play_vars=None):
 
     Returns the ansible-playbook output. Each task is expected to report one ``ok: [localhost]``.
     """
+    proc = run_role_play(tmp_path, role, tasks, play_vars)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert proc.stdout.count("ok: [localhost]") == len(tasks), proc.stdout[-4000:]
+    return proc.stdout
+
+
+def run_role_play(tmp_path, role, tasks, play_vars=None):
+    """Run ``tasks`` as run_role_tasks does, and return the finished process whatever its outcome."""
     play = [{"hosts": "localhost", "gather_facts": False, "connection": "local",
              "vars": dict({"role_path": os.path.join(ROOT, "roles", role)}, **(play_vars or {})),
              "vars_files": [os.path.join(ROOT, "roles", role, "defaults", "main.yml"),
@@ -28,8 +36,5 @@ def run_role_tasks(tmp_path, role, tasks, play_vars=None):
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, "collections"),
                ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     binary = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
-    proc = subprocess.run([binary, "-i", "localhost,", str(playbook)], capture_output=True, text=True, env=env,
+    return subprocess.run([binary, "-i", "localhost,", str(playbook)], capture_output=True, text=True, env=env,
                           timeout=300, check=False)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert proc.stdout.count("ok: [localhost]") == len(tasks), proc.stdout[-4000:]
-    return proc.stdout

@@ -182,6 +182,8 @@ BAD_INVENTORY = [
      ["runtime_vllm_gpu_memory_utilization", "0.95", "at most 0.87"]),
     ("kv-cache-dtype-unknown", _set("all", "runtime_vllm_kv_cache_dtype", "fp16"),
      ["runtime_vllm_kv_cache_dtype", "'fp16'", "fp8_ds_mla, nvfp4_ds_mla"]),
+    ("vllm-env-sets-a-fabric-knob", _set("all", "runtime_vllm_env", {"NCCL_CROSS_NIC": "0", "NCCL_DEBUG": "INFO"}),
+     ["runtime_vllm_env sets NCCL_CROSS_NIC, which", "nic_nccl_static_env sets too"]),
     ("clock-cap-9999", _set("all", "clock_cap_max_mhz", 9999),
      ["clock_cap_max_mhz=9999", "outside the range"]),
     ("revision-empty", _set("all", "checkpoint_revision", ""),

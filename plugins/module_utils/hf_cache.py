@@ -38,6 +38,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -391,29 +392,26 @@ def prune(repo_dir, plan):
 
 
 def blobs_present(repo_dir, blobs):
-    """``(present, missing)`` bytes of these blobs (``{name: size}``) under blobs/: a finished blob counts
-    whole, an ``.incomplete`` one for what it holds; blobs of other revisions do not count."""
+    """``(present, missing)`` bytes of these blobs (``{name: size}``) under blobs/: only a blob finished at its
+    listed size counts; blobs of other revisions do not count.
+
+    An unfinished one counts nothing, whatever it holds: huggingface_hub 2.x downloads every file into a new
+    process-unique ``<etag>.<suffix>.incomplete`` and never resumes an older one (file_download._download_to_tmp_and_move),
+    and rsync ``--partial`` builds a new temporary copy beside the partial file it keeps under the blob's name.
+    Either way the rest of the blob needs its whole size free, beside the partial file until the blob is done.
+    """
     present = 0
     missing = 0
     base = os.path.join(repo_dir, "blobs")
-    partial = {}
-    try:
-        names = os.listdir(base)
-    except OSError:
-        names = []
-    for entry in names:
-        if entry.endswith(".incomplete"):   # <etag>.incomplete, or <etag>.<suffix>.incomplete (huggingface_hub 2.x)
-            stem = entry.split(".", 1)[0]
-            try:
-                partial[stem] = partial.get(stem, 0) + os.path.getsize(os.path.join(base, entry))
-            except OSError:
-                continue
-    finished = set(names)
     for name, size in sorted((blobs or {}).items()):
         size = int(size)
-        have = size if name in finished else min(size, partial.get(name, 0))
-        present += have
-        missing += size - have
+        try:
+            done = os.lstat(os.path.join(base, name))
+            finished = stat.S_ISREG(done.st_mode) and done.st_size == size
+        except OSError:
+            finished = False
+        present += size if finished else 0
+        missing += 0 if finished else size
     return present, missing
 
 

@@ -238,7 +238,10 @@ def wait(repo_dir, total, poll, budget, status, samples=None, window=60.0, write
 def manifest_bytes(repo_dir, blobs):
     """Bytes a download of these blob names has written: each finished ``blobs/<name>``, else its unfinished
     ``blobs/<name>.incomplete`` or ``blobs/<name>.<suffix>.incomplete`` (huggingface_hub 1.x/2.x); blobs of
-    other revisions in the same repo folder do not count. One directory scan."""
+    other revisions in the same repo folder do not count. One directory scan.
+
+    Of several unfinished files of one blob only the newest counts: huggingface_hub 2.x writes each download
+    into a new process-unique file and never resumes an older one, which a stopped downloader left."""
     wanted = set(blobs)
     finished = {}
     partial = {}
@@ -252,10 +255,11 @@ def manifest_bytes(repo_dir, blobs):
                     finished[name] = entry.stat(follow_symlinks=False).st_size
                 elif name.endswith(".incomplete") and name.split(".", 1)[0] in wanted:
                     base = name.split(".", 1)[0]
-                    partial[base] = partial.get(base, 0) + entry.stat(follow_symlinks=False).st_size
+                    info = entry.stat(follow_symlinks=False)
+                    partial[base] = max(partial.get(base, (0.0, 0)), (info.st_mtime, info.st_size))
     except OSError:
         return 0
-    return sum(finished.values()) + sum(size for base, size in partial.items() if base not in finished)
+    return sum(finished.values()) + sum(size for base, (_mtime, size) in partial.items() if base not in finished)
 
 
 def stale_partials(repo_dir):

@@ -42,7 +42,9 @@ options:
     description:
       - The blobs a revision consists of (name -> size, from the hub's listing). With O(repo_dir), RV(needed_bytes) is
         what of exactly these blobs is not there yet (in a pin change the shards the old revision shares count as
-        present, the old revision's other blobs do not), and O(size_gb) is ignored.
+        present, the old revision's other blobs do not), and O(size_gb) is ignored. Only a blob finished at its listed
+        size counts as present: a partial one (an interrupted hf download's C(.incomplete), an interrupted rsync's
+        C(--partial) file) needs its whole size again, since neither tool writes the rest into it.
     type: dict
 """
 
@@ -82,7 +84,8 @@ total_bytes:
   type: int
   returned: always
 present_bytes:
-  description: Bytes under O(repo_dir)/blobs (0 without O(repo_dir) or when it does not exist).
+  description: Bytes under O(repo_dir)/blobs (0 without O(repo_dir) or when it does not exist); with O(blobs), the bytes
+    of those blobs finished at their listed size.
   type: int
   returned: always
 needed_bytes:

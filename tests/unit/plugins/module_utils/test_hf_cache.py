@@ -373,7 +373,19 @@ def test_blobs_present_counts_only_the_revisions_blobs(tmp_path):
     new = dict(blobs)
     new["f" * 64] = 5000                                     # a re-uploaded shard of the next revision
     (repo / "blobs" / ("f" * 64 + ".1b8b7324.incomplete")).write_bytes(b"x" * 1000)
-    assert hc.blobs_present(str(repo), new) == (sum(blobs.values()) + 1000, 4000)
+    assert hc.blobs_present(str(repo), new) == (sum(blobs.values()), 5000)
+
+
+def test_blobs_present_counts_a_partial_blob_as_missing_whole(tmp_path):
+    # huggingface_hub 2.x never resumes an older .incomplete (each download writes a new process-unique one), and
+    # rsync --partial builds a new temporary copy beside the partial file it keeps under the blob's name: the
+    # rest needs the blob's whole size free, so neither counts as present.
+    cache, repo, manifest = make_cache(tmp_path, shard_bytes=100)
+    blobs = {m["blob"]: m["size"] for m in manifest["files"].values()}
+    shard = max(blobs, key=blobs.get)
+    (repo / "blobs" / shard).write_bytes(b"p" * (blobs[shard] // 2))       # rsync --partial, cut off half-way
+    (repo / "blobs" / (shard + ".5d41402a.incomplete")).write_bytes(b"h" * (blobs[shard] - 1))   # hf, all but a byte
+    assert hc.blobs_present(str(repo), blobs) == (sum(blobs.values()) - blobs[shard], blobs[shard])
 
 
 def test_prune_removes_only_other_revisions(tmp_path):

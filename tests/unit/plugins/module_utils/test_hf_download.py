@@ -151,6 +151,17 @@ def test_manifest_bytes_counts_finished_and_incomplete_blobs_of_the_revision_onl
     assert hd.manifest_bytes(str(tmp_path), ["a", "b", "c"]) == 22
 
 
+def test_manifest_bytes_counts_the_newest_partial_of_a_blob_only(tmp_path):
+    # a stopped downloader's partial file stays beside the new downloader's (huggingface_hub 2.x never resumes it)
+    blobs = tmp_path / "blobs"
+    blobs.mkdir()
+    stale = blobs / "c.1b8b7324.incomplete"
+    stale.write_bytes(b"x" * 600)
+    os.utime(stale, (1000, 1000))
+    (blobs / "c.5d41402a.incomplete").write_bytes(b"x" * 50)
+    assert hd.manifest_bytes(str(tmp_path), ["c"]) == 50
+
+
 def test_redact_and_tail(tmp_path):
     log = tmp_path / "log"
     log.write_text("".join("line %d\n" % i for i in range(50)) + "401 token hf_abcdefghijklmnopqrstuvwxyz\n")

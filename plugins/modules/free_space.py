@@ -43,7 +43,7 @@ options:
       - The blobs a revision consists of (name -> size, from the hub's listing). With O(repo_dir), RV(needed_bytes) is
         what of exactly these blobs is not there yet (in a pin change the shards the old revision shares count as
         present, the old revision's other blobs do not), and O(size_gb) is ignored. Only a blob finished at its listed
-        size counts as present: a partial one (an interrupted hf download's C(.incomplete), an interrupted rsync's
+        size counts as present; a partial one (an interrupted hf download's C(.incomplete), an interrupted rsync's
         C(--partial) file) needs its whole size again, since neither tool writes the rest into it.
     type: dict
 """

@@ -264,8 +264,8 @@ def manifest_bytes(repo_dir, blobs):
 
 def stale_partials(repo_dir):
     """Unfinished files of blobs that are finished now: ``blobs/<etag>.incomplete`` or ``blobs/<etag>.<suffix>.incomplete``
-    next to ``blobs/<etag>`` (a stopped downloader's partial file that the next one did not reuse). Safe to remove:
-    the blob they were for is complete."""
+    next to ``blobs/<etag>`` (a stopped downloader's partial file: huggingface_hub 2.x never resumes one, the next
+    downloader fetched the blob from its start into a file of its own). Safe to remove: the blob they were for is complete."""
     base = os.path.join(repo_dir, "blobs")
     try:
         names = set(os.listdir(base))

@@ -14,7 +14,9 @@ description:
   - O(state=started) finds every C(hf download) into O(cache_dir) still running (the unit of an interrupted
     run, or an older release's asynchronous job, read from C(/proc)), stops it (SIGTERM, then SIGKILL), and starts
     O(argv) as the transient unit O(unit) (C(systemd-run), C(RemainAfterExit=yes), C(RuntimeMaxSec) set to O(timeout)),
-    so there is never a second downloader. The partial files the stopped one left are resumed by the new one.
+    so there is never a second downloader. The new one skips every finished file and fetches each unfinished one
+    again from its start (huggingface_hub 2.x writes a new process-unique C(.incomplete) file and never resumes a
+    stopped downloader's); those leftover partial files are removed once their blobs are complete.
   - O(state=waited) waits at most O(wait) seconds in one call, sampling every O(poll) seconds the bytes under
     C(blobs/) and appending one progress line per sample (done of total, rate, time left) to O(progress_log).
     It returns when the unit's process ended or the time is up; the caller loops (a bounded loop, no recursion).
@@ -307,8 +309,8 @@ def main():
                     continue
     if result["finished"] and result["exit_status"] != 0:
         log_tail = hf_download.tail(p["log"]) if p["log"] else ""
-        result["msg"] = ("hf download ended with %s (rc %s) at %s. The files already fetched stay in %s; a re-run "
-                         "resumes them. Its log (%s): %s" % (result["reason"], result["exit_status"], result["msg"],
+        result["msg"] = ("hf download ended with %s (rc %s) at %s. The files already finished stay in %s; a re-run "
+                         "fetches only the others, each unfinished file from its start. Its log (%s): %s" % (result["reason"], result["exit_status"], result["msg"],
                                                              p["cache_dir"], p["log"], log_tail))
         module.fail_json(**result)
     module.exit_json(changed=False, **result)

@@ -100,7 +100,6 @@ MODULES_RE = re.compile(r"^linux-modules-nvidia-(\d{3})-open-(.+)$")
 KERNEL_RELEASE_RE = re.compile(r"^\d+\.\d+\.\d+-\d+-[a-z0-9][a-z0-9.-]*$")
 DKMS_RE = re.compile(r"^nvidia-dkms(-\d{3})?-open$|^nvidia-dkms(-\d{3})?$")
 _IMAGE_META_RE = re.compile(r"^linux-image-(?!\d+\.\d+\.\d+-)(.+)$")
-_EQ_DEP_RE = re.compile(r"^\s*(\S+)\s*\(\s*=\s*([^)\s]+)\s*\)\s*$")
 
 
 def own_version(name):
@@ -229,50 +228,222 @@ def parse_apt_cache_show(text):
     return entries
 
 
-def _eq_deps(entry):
-    """{name: version} of the entry's single-alternative ``(= version)`` dependencies."""
-    found = {}
+# One relation of a Depends group: ``name (op version)`` or a bare ``name``.
+_RELATION_RE = re.compile(r"^\s*([^\s(]+)\s*(?:\(\s*(<<|<=|=|>=|>>|<|>)\s*([^)\s]+)\s*\))?\s*$")
+_KERNEL_COMMON_RE = re.compile(r"^nvidia-kernel-common(?:-(\d{3}))?$")
+
+
+def _order(char):
+    """dpkg's character order: ``~`` before everything (even the end), letters before other characters."""
+    if char == "~":
+        return -1
+    if not char or char.isdigit():
+        return 0
+    if char.isalpha():
+        return ord(char)
+    return ord(char) + 256
+
+
+def _verrevcmp(a, b):
+    """dpkg's verrevcmp (lib/dpkg/version.c): compare an upstream version or a revision."""
+    i = j = 0
+    while i < len(a) or j < len(b):
+        first_diff = 0
+        while (i < len(a) and not a[i].isdigit()) or (j < len(b) and not b[j].isdigit()):
+            ac = _order(a[i]) if i < len(a) else 0
+            bc = _order(b[j]) if j < len(b) else 0
+            if ac != bc:
+                return ac - bc
+            i += 1
+            j += 1
+        while i < len(a) and a[i] == "0":
+            i += 1
+        while j < len(b) and b[j] == "0":
+            j += 1
+        while i < len(a) and a[i].isdigit() and j < len(b) and b[j].isdigit():
+            if not first_diff:
+                first_diff = ord(a[i]) - ord(b[j])
+            i += 1
+            j += 1
+        if i < len(a) and a[i].isdigit():
+            return 1
+        if j < len(b) and b[j].isdigit():
+            return -1
+        if first_diff:
+            return first_diff
+    return 0
+
+
+def _split_version(version):
+    """``[epoch:]upstream[-revision]`` -> (epoch, upstream, revision); no revision is an empty one, as in dpkg."""
+    text = str(version or "").strip()
+    epoch = 0
+    if ":" in text:
+        head, text = text.split(":", 1)
+        epoch = int(head) if head.isdigit() else 0
+    upstream, revision = (text.rsplit("-", 1) if "-" in text else (text, ""))
+    return epoch, upstream, revision
+
+
+def compare_versions(a, b):
+    """Debian version comparison as dpkg does it: negative, 0 or positive.
+
+    ``compare_versions("580.142-0ubuntu0.24.04.1", "580.142-1") < 0``,
+    ``compare_versions("580.142-1ubuntu1", "580.142-1") > 0``,
+    ``compare_versions("6.17.0-1014.14+3", "6.17.0-1014.14+10") < 0``, ``1.0~rc1 < 1.0``.
+    """
+    ea, ua, ra = _split_version(a)
+    eb, ub, rb = _split_version(b)
+    if ea != eb:
+        return ea - eb
+    return _verrevcmp(ua, ub) or _verrevcmp(ra, rb)
+
+
+def relation_holds(version, op, bound):
+    """Does ``version`` satisfy the Debian relation ``op bound`` (``<<``, ``<=``, ``=``, ``>=``, ``>>``)?
+
+    ``<`` and ``>`` are dpkg's obsolete spellings of ``<=`` and ``>=``.
+    """
+    cmp = compare_versions(version, bound)
+    return {"<<": cmp < 0, "<=": cmp <= 0, "<": cmp <= 0, "=": cmp == 0,
+            ">=": cmp >= 0, ">": cmp >= 0, ">>": cmp > 0}[op]
+
+
+def _relations(entry):
+    """The entry's single-alternative relations: ``[(name, op, version)]`` (op and version empty when unversioned).
+
+    The two real forms of a precompiled module's tie to the driver are both read as relations on
+    nvidia-kernel-common-<branch>: NVIDIA's DGX repository ``nvidia-kernel-common-580 (>= 580.142)``,
+    Ubuntu's archive ``nvidia-kernel-common-580 (<= 580.142-1), nvidia-kernel-common-580 (>= 580.142)``.
+    """
+    found = []
     for group in entry["depends"]:
-        match = _EQ_DEP_RE.match(group[0]) if len(group) == 1 else None
+        if len(group) != 1:
+            continue
+        match = _RELATION_RE.match(group[0])
         if match:
-            found[match.group(1)] = match.group(2)
+            found.append((match.group(1), match.group(2) or "", match.group(3) or ""))
     return found
 
 
-def module_builds(apt_show_text, wanted):
-    """The precompiled module builds that fit a driver: ``{package: [versions]}``, newest last.
+class _CmpKey(object):
+    """Sort key ordering Debian versions as dpkg does."""
+
+    def __init__(self, version):
+        self.version = version
+
+    def __lt__(self, other):
+        return compare_versions(self.version, other.version) < 0
+
+    def __eq__(self, other):
+        return compare_versions(self.version, other.version) == 0
+
+
+def sort_versions(versions):
+    """Debian versions, oldest first, without duplicates."""
+    return sorted(set(versions), key=_CmpKey)
+
+
+def _driver_matches(version, wanted):
+    """A Debian version of a driver package against ``wanted``: a branch (580), an upstream version
+    (580.173.02: any revision of it) or a full Debian version (580.173.02-1ubuntu1: that one)."""
+    wanted = str(wanted).strip()
+    if "-" in wanted or ":" in wanted:
+        return compare_versions(version, wanted) == 0
+    return version_matches(upstream_version(version), wanted)
+
+
+def kernel_common_versions(apt_show_text, wanted=""):
+    """The versions of nvidia-kernel-common[-<branch>] the stanzas offer, oldest first, those satisfying
+    ``wanted`` (a branch, an upstream version or a full Debian version; empty: all)."""
+    found = []
+    for entry in parse_apt_cache_show(apt_show_text):
+        if _KERNEL_COMMON_RE.match(entry["package"]) and (not wanted or _driver_matches(entry["version"], wanted)):
+            found.append(entry["version"])
+    return sort_versions(found)
+
+
+def module_builds(apt_show_text, wanted, offered=None):
+    """The precompiled module builds that fit a driver: ``{package: [versions]}``, oldest first (newest last).
+
+    ``wanted`` is the driver: a full Debian version of its nvidia-kernel-common
+    (580.142-0ubuntu0.24.04.1, what dpkg shows installed), an upstream version
+    (580.173.02: compared without a Debian revision) or a branch (580).
+    ``offered`` are the Debian versions of nvidia-kernel-common-<branch> the
+    repositories offer; by default the nvidia-kernel-common stanzas in
+    ``apt_show_text``. For a branch, a build fits when it fits some offered
+    version of the branch (without any such stanza: the version its own
+    relations name).
 
     A per-kernel package (linux-modules-nvidia-580-open-6.17.0-1014-nvidia)
-    fits when it depends on ``nvidia-kernel-common-<branch suffix> (= V)`` and
-    V's upstream satisfies ``wanted`` (an exact version or a branch); a flavour
-    metapackage (linux-modules-nvidia-580-open-nvidia-hwe-24.04) fits when it
-    depends (=) on a per-kernel build that fits. Packages of another branch
-    than ``wanted``'s are left out.
+    fits a driver version when it has relations on nvidia-kernel-common[-<branch>]
+    and every one admits that version (=, >=, <=, >>, <<, compared as dpkg
+    compares versions). Real packages never say ``=`` there: NVIDIA's DGX
+    repository writes ``(>= 580.142)``, Ubuntu's archive the pair
+    ``(<= 580.142-1), (>= 580.142)``. A flavour metapackage
+    (linux-modules-nvidia-580-open-nvidia-hwe-24.04) fits when its own
+    kernel-common relations (if any) admit the same driver version and the
+    per-kernel build it names with ``(= version)`` fits it. Packages of another
+    branch than ``wanted``'s are left out.
     """
-    branch = str(wanted).split(".", 1)[0]
+    wanted = str(wanted).strip()
+    branch = upstream_version(wanted).split(".", 1)[0]
     entries = [e for e in parse_apt_cache_show(apt_show_text)
                if MODULES_RE.match(e["package"]) and MODULES_RE.match(e["package"]).group(1) == branch]
+    if version_spec_kind(wanted) == "branch":
+        pool = offered if offered is not None else kernel_common_versions(apt_show_text)
+        candidates = [v for v in pool if _driver_matches(v, wanted)]
+        if offered is None and not candidates:
+            candidates = sort_versions(v for e in entries for n, op, v in _relations(e)
+                                       if _KERNEL_COMMON_RE.match(n) and op in ("=", ">=", ">>")
+                                       and _driver_matches(v, wanted))
+    else:
+        candidates = [wanted]
+
+    def common_fits(entry, version):
+        rels = [(op, bound) for n, op, bound in _relations(entry) if _KERNEL_COMMON_RE.match(n) and op]
+        return rels, all(relation_holds(version, op, bound) for op, bound in rels)
+
+    def per_kernel_name(name):
+        return bool(KERNEL_RELEASE_RE.match(MODULES_RE.match(name).group(2)))
+
     fits = set()
-    for entry in entries:
-        deps = _eq_deps(entry)
-        common = [v for n, v in deps.items() if re.match(r"^nvidia-kernel-common(-\d{3})?$", n)]
-        if common and all(version_matches(upstream_version(v), wanted) for v in common):
-            fits.add((entry["package"], entry["version"]))
-    for entry in entries:
-        if (entry["package"], entry["version"]) in fits:
-            continue
-        deps = _eq_deps(entry)
-        if any((n, v) in fits for n, v in deps.items()):
-            fits.add((entry["package"], entry["version"]))
+    for version in candidates:
+        kernels = set()
+        for entry in entries:
+            rels, ok = common_fits(entry, version)
+            if per_kernel_name(entry["package"]) and rels and ok:
+                kernels.add((entry["package"], entry["version"]))
+        fits |= kernels
+        for entry in entries:
+            if per_kernel_name(entry["package"]):
+                continue
+            rels, ok = common_fits(entry, version)
+            named = [(n, v) for n, op, v in _relations(entry) if op == "=" and MODULES_RE.match(n)]
+            if ok and (named or rels) and all(pair in kernels for pair in named):
+                fits.add((entry["package"], entry["version"]))
     builds = {}
     for name, version in fits:
         builds.setdefault(name, []).append(version)
-    return dict((n, sorted(set(v), key=_version_key)) for n, v in builds.items())
+    return dict((n, sort_versions(v)) for n, v in builds.items())
 
 
-def _version_key(version):
-    """A sort key good enough for kernel-style module versions (6.17.0-1014.14+3)."""
-    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"[.+~:-]", version)]
+def driver_target(apt_show_text, wanted, kernel_package="", peers=None):
+    """The nvidia-kernel-common version (a full Debian version) to install where the wanted driver is not, "" if none.
+
+    The newest version the stanzas offer that satisfies ``wanted`` (a branch or
+    an exact version); when ``peers`` (the upstream driver versions the other
+    nodes run) agree on one, that one; with ``kernel_package`` (the running
+    kernel's linux-modules-nvidia-<branch>-open-<kernel>, precompiled layout)
+    only a version that package has a fitting build of.
+    """
+    offered = kernel_common_versions(apt_show_text, wanted)
+    agreed = sorted(set(p for p in (peers or []) if p))
+    if len(agreed) == 1:
+        offered = [v for v in offered if upstream_version(v) == agreed[0]]
+    if kernel_package:
+        offered = [v for v in offered if module_builds(apt_show_text, v).get(kernel_package)]
+    return offered[-1] if offered else ""
 
 
 def proc_driver_version(text):

@@ -199,31 +199,96 @@ def test_dkms_layout():
     assert state["modules"] == {} and state["kernel_module"] == ""
 
 
-APT_SHOW = "\n".join(
-    "Package: %s\nVersion: %s\nDepends: %s\nDescription: x\n spark\n" % row for row in [
-        ("linux-modules-nvidia-580-open-6.17.0-1026-nvidia", "6.17.0-1026.26+3",
-         "nvidia-kernel-common-580 (= 580.173.02-1ubuntu1), linux-image-6.17.0-1026-nvidia"),
-        ("linux-modules-nvidia-580-open-6.17.0-1026-nvidia", "6.17.0-1026.26+4",
-         "nvidia-kernel-common-580 (= 580.178.04-1ubuntu1), linux-image-6.17.0-1026-nvidia"),
-        ("linux-modules-nvidia-580-open-6.17.0-1014-nvidia", "6.17.0-1014.14+3",
-         "nvidia-kernel-common-580 (= 580.173.02-1ubuntu1), linux-image-6.17.0-1014-nvidia"),
-        ("linux-modules-nvidia-580-open-nvidia-hwe-24.04", "6.17.0-1026.26+3",
-         "linux-modules-nvidia-580-open-6.17.0-1026-nvidia (= 6.17.0-1026.26+3)"),
-        ("linux-modules-nvidia-580-open-nvidia-hwe-24.04", "6.17.0-1026.26+4",
-         "linux-modules-nvidia-580-open-6.17.0-1026-nvidia (= 6.17.0-1026.26+4)"),
-        ("linux-modules-nvidia-580-open-nvidia-hwe-24.04", "6.17.0-1014.14+3",
-         "linux-modules-nvidia-580-open-6.17.0-1014-nvidia (= 6.17.0-1014.14+3)"),
-    ]) + "\n"
+def stanzas(*rows):
+    return "\n".join("Package: %s\nVersion: %s\nDepends: %s\nDescription: x\n spark\n" % row for row in rows) + "\n"
 
 
-def test_module_builds_fit_the_driver():
-    assert ns.module_builds(APT_SHOW, "580.173.02") == {
-        "linux-modules-nvidia-580-open-6.17.0-1014-nvidia": ["6.17.0-1014.14+3"],
-        "linux-modules-nvidia-580-open-6.17.0-1026-nvidia": ["6.17.0-1026.26+3"],
-        "linux-modules-nvidia-580-open-nvidia-hwe-24.04": ["6.17.0-1014.14+3", "6.17.0-1026.26+3"]}
-    assert ns.module_builds(APT_SHOW, "580.178.04") == {
-        "linux-modules-nvidia-580-open-6.17.0-1026-nvidia": ["6.17.0-1026.26+4"],
-        "linux-modules-nvidia-580-open-nvidia-hwe-24.04": ["6.17.0-1026.26+4"]}
-    assert len(ns.module_builds(APT_SHOW, "580")["linux-modules-nvidia-580-open-nvidia-hwe-24.04"]) == 3
-    assert ns.module_builds(APT_SHOW, "590.48.01") == {}
+M1014 = "linux-modules-nvidia-580-open-6.17.0-1014-nvidia"
+M1026 = "linux-modules-nvidia-580-open-6.17.0-1026-nvidia"
+META = "linux-modules-nvidia-580-open-nvidia-hwe-24.04"
+
+# NVIDIA's DGX repository: the module builds say ">=" alone (an apt report quotes
+# "linux-modules-nvidia-580-open-6.17.0-1014-nvidia : Depends: nvidia-kernel-common-580 (>= 580.142)"
+# and the same for the flavour metapackage), NVIDIA's version format 580.142-1ubuntu1.
+DGX = stanzas(
+    ("nvidia-kernel-common-580", "580.142-1ubuntu1", "nvidia-modprobe"),
+    ("nvidia-kernel-common-580", "580.159.03-1ubuntu1", "nvidia-modprobe"),
+    ("nvidia-kernel-common-580", "580.173.02-1ubuntu1", "nvidia-modprobe"),
+    (M1014, "6.17.0-1014.14+1", "nvidia-kernel-common-580 (>= 580.142), linux-image-6.17.0-1014-nvidia"),
+    (M1014, "6.17.0-1014.14+2", "nvidia-kernel-common-580 (>= 580.159.03), linux-image-6.17.0-1014-nvidia"),
+    (M1026, "6.17.0-1026.26+3", "nvidia-kernel-common-580 (>= 580.173.02), linux-image-6.17.0-1026-nvidia"),
+    (META, "6.17.0-1014.14+1", "%s (= 6.17.0-1014.14+1), nvidia-kernel-common-580 (>= 580.142)" % M1014),
+    (META, "6.17.0-1014.14+2", "%s (= 6.17.0-1014.14+2), nvidia-kernel-common-580 (>= 580.159.03)" % M1014),
+)
+# Ubuntu's archive (linux-restricted-modules): the pair "(<= V-1), (>= V)" as apt-cache show prints it
+# ("nvidia-kernel-common-515-server (<= 515.86.01-1), nvidia-kernel-common-515-server (>= 515.86.01)"), the
+# flavour metapackage "(= build)" on its kernel's package plus the same pair; Ubuntu's format -0ubuntu0.24.04.1.
+UBUNTU = stanzas(
+    ("nvidia-kernel-common-580", "580.142-0ubuntu0.24.04.1", "nvidia-modprobe"),
+    ("nvidia-kernel-common-580", "580.159.03-0ubuntu0.24.04.1", "nvidia-modprobe"),
+    (M1014, "6.17.0-1014.14+1", "linux-image-6.17.0-1014-nvidia, nvidia-kernel-common-580 (<= 580.142-1), "
+                                "nvidia-kernel-common-580 (>= 580.142)"),
+    (M1014, "6.17.0-1014.14+2", "linux-image-6.17.0-1014-nvidia, nvidia-kernel-common-580 (<= 580.159.03-1), "
+                                "nvidia-kernel-common-580 (>= 580.159.03)"),
+    (META, "6.17.0-1014.14+1", "%s (= 6.17.0-1014.14+1), nvidia-kernel-common-580 (<= 580.142-1), "
+                               "nvidia-kernel-common-580 (>= 580.142)" % M1014),
+    (META, "6.17.0-1014.14+2", "%s (= 6.17.0-1014.14+2), nvidia-kernel-common-580 (<= 580.159.03-1), "
+                               "nvidia-kernel-common-580 (>= 580.159.03)" % M1014),
+)
+
+
+@pytest.mark.parametrize("a,op,b,holds", [
+    ("580.142-0ubuntu0.24.04.1", "<=", "580.142-1", True),   # Ubuntu's revision stays under the pair's bound
+    ("580.142-1ubuntu1", "<=", "580.142-1", False),          # NVIDIA's does not
+    ("580.159.03-0ubuntu0.24.04.1", "<=", "580.142-1", False),
+    ("580.142-1ubuntu1", ">=", "580.142", True),
+    ("580.95.05-1ubuntu1", ">=", "580.142", False),          # 95 < 142 as numbers, not as strings
+    ("6.17.0-1014.14+3", "<<", "6.17.0-1014.14+10", True),
+    ("1.0~rc1", "<<", "1.0", True),
+    ("1:0.9", ">>", "2.0", True),
+    ("580.173.02", "=", "580.173.02-0", True),
+    ("580.173.02-1ubuntu1", ">>", "580.173.02-1", True),
+])
+def test_debian_version_relations(a, op, b, holds):
+    assert ns.relation_holds(a, op, b) is holds
+
+
+@pytest.mark.parametrize("text,installed,expected", [
+    # a stock DGX OS node on 580.142: the >= form, the build of 580.142 and the metapackage of that build
+    (DGX, "580.142-1ubuntu1", {M1014: ["6.17.0-1014.14+1"], META: ["6.17.0-1014.14+1"]}),
+    # on 580.173.02 every build whose lower bound it passes fits (apt would take any of them); newest last
+    (DGX, "580.173.02-1ubuntu1", {M1014: ["6.17.0-1014.14+1", "6.17.0-1014.14+2"], M1026: ["6.17.0-1026.26+3"],
+                                  META: ["6.17.0-1014.14+1", "6.17.0-1014.14+2"]}),
+    # Ubuntu's pair admits exactly one driver release
+    (UBUNTU, "580.142-0ubuntu0.24.04.1", {M1014: ["6.17.0-1014.14+1"], META: ["6.17.0-1014.14+1"]}),
+    (UBUNTU, "580.159.03-0ubuntu0.24.04.1", {M1014: ["6.17.0-1014.14+2"], META: ["6.17.0-1014.14+2"]}),
+    (UBUNTU, "580.159.03", {M1014: ["6.17.0-1014.14+2"], META: ["6.17.0-1014.14+2"]}),   # upstream version only
+    (UBUNTU, "580.173.02-0ubuntu0.24.04.1", {}),    # no build of that release in the archive
+], ids=["dgx-580.142", "dgx-580.173.02", "ubuntu-580.142", "ubuntu-580.159.03", "ubuntu-upstream", "ubuntu-none"])
+def test_module_builds_real_dependency_forms(text, installed, expected):
+    """Fails on the old module_builds (it counted only "(= V)" dependencies and found no build at all)."""
+    assert ns.module_builds(text, installed) == expected
+
+
+def test_module_builds_branch_fits_some_offered_version():
+    assert ns.module_builds(UBUNTU, "580") == {M1014: ["6.17.0-1014.14+1", "6.17.0-1014.14+2"],
+                                               META: ["6.17.0-1014.14+1", "6.17.0-1014.14+2"]}
+    # offered only 580.159.03 (580.142 superseded and deleted from the archive): the 580.142 build no longer fits
+    assert ns.module_builds(UBUNTU, "580", offered=["580.159.03-0ubuntu0.24.04.1"]) == {
+        M1014: ["6.17.0-1014.14+2"], META: ["6.17.0-1014.14+2"]}
+    assert ns.module_builds(DGX, "590") == {}
     assert ns.module_builds("", "580.173.02") == {}
+
+
+def test_driver_target():
+    # no peers: the newest release of the branch with a build for the running kernel
+    assert ns.driver_target(DGX, "580", M1014) == "580.173.02-1ubuntu1"
+    assert ns.driver_target(DGX, "580", M1026) == "580.173.02-1ubuntu1"
+    assert ns.driver_target(UBUNTU, "580", M1026) == ""    # the archive has no build for that kernel
+    assert ns.driver_target(UBUNTU, "580", M1014) == "580.159.03-0ubuntu0.24.04.1"
+    # the other nodes agree on 580.142: that one
+    assert ns.driver_target(UBUNTU, "580", M1014, ["580.142", "580.142"]) == "580.142-0ubuntu0.24.04.1"
+    # they disagree: the newest (the consistency check stops the run later, naming each node)
+    assert ns.driver_target(UBUNTU, "580", M1014, ["580.142", "580.159.03"]) == "580.159.03-0ubuntu0.24.04.1"
+    assert ns.driver_target(DGX, "580.159.03") == "580.159.03-1ubuntu1"   # DKMS: no module constraint
+    assert ns.driver_target(DGX, "580.178.04") == ""

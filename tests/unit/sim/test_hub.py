@@ -67,7 +67,7 @@ def test_small_file_etag_is_its_git_blob_id(endpoint):
 
 
 @pytest.mark.parametrize("path, code", [
-    ("/api/models/deepseek-ai/Nope/revision/main", "RepositoryNotFound"),
+    ("/api/models/deepseek-ai/Nope/revision/main", "RepoNotFound"),
     ("/api/models/%s/revision/%s" % (REPO, "1" * 40), "RevisionNotFound"),
     ("/%s/resolve/%s/missing.bin" % (REPO, REV), "EntryNotFound"),
 ])

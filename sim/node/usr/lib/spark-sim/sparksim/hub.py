@@ -8,10 +8,12 @@ huggingface_hub makes for a revision-pinned snapshot download::
     GET  /api/models/<repo>/revision/<rev>          repo_info / model_info (sha, lastModified, siblings)
     GET  /api/models/<repo>/tree/<rev>[/<path>]     list_repo_tree (?recursive=true): sizes, blob ids, LFS sha256
     HEAD /<repo>/resolve/<rev>/<path>               X-Repo-Commit, ETag / X-Linked-Etag, X-Linked-Size
-    GET  /<repo>/resolve/<rev>/<path>               the file (Range requests resume a partial download)
+    GET  /<repo>/resolve/<rev>/<path>               the file (Range: hf's http_get continues its own file after a drop)
 
-Unknown repos answer 404 with ``X-Error-Code: RepositoryNotFound``, unknown
-revisions 404 with ``X-Error-Code: RevisionNotFound``, as the Hub does.
+Unknown repos answer 404 with ``X-Error-Code: RepoNotFound``, unknown
+revisions 404 with ``X-Error-Code: RevisionNotFound``, as the Hub does (the codes
+huggingface_hub 2.4.0's utils/_http.py hf_raise_for_status maps to RepositoryNotFoundError and
+RevisionNotFoundError).
 
 The repos are synthetic and deterministic: DeepSeek-V4-Flash-0731 at the
 pinned revision (dated 2026-08-01) and its two lookalikes (the preview,
@@ -350,7 +352,7 @@ class Hub:
         """(status, X-Error-Code, listing): the revision may be a commit sha or ``main`` (the latest)."""
         repo = self.repos.get(repo_id)
         if repo is None:
-            return 404, "RepositoryNotFound", None
+            return 404, "RepoNotFound", None
         listing = repo["revisions"].get(repo["main"] if revision == "main" else revision)
         if listing is None:
             return 404, "RevisionNotFound", None

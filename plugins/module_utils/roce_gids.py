@@ -714,12 +714,21 @@ def build_nccl_env(entries: Sequence[GidEntry], fabric_ipv4: Iterable[str], roce
     * ``NCCL_IB_HCA``: ``=dev1,dev2`` (exact match; ``dev:port`` when the
       device shows several ports), one device per rail, in rail order.
     * ``NCCL_IB_GID_INDEX``: the RoCE index common to all rails (the lowest if
-      several). NCCL takes a single index for every HCA, so rails without a
-      common index raise ``RoceGidError`` unless ``nccl_gid_auto`` (used only
-      in that case; a common index is always pinned): then the index is left
-      out (never empty: empty means 0, a link-local GID) and NCCL selects it (``NCCL_IB_ADDR_FAMILY=AF_INET``,
+      several), always written explicitly. Left out, or empty (NCCL >= 2.21's
+      ``ncclLoadParam`` reads an empty value as unset; ``IB_GID_INDEX``
+      defaults to -1), NCCL selects the GID itself (``ncclIbGetGidIndex``):
+      the first GID of each port of family ``NCCL_IB_ADDR_FAMILY`` and RoCE
+      version ``NCCL_IB_ROCE_VERSION_NUM`` within ``NCCL_IB_ADDR_RANGE``, else
+      index 0 (link-local). That need not be the GID carrying the fabric
+      address (another IPv4 address of the netdev may come first) and may
+      differ per node; the explicit index is the one that does. NCCL takes a
+      single index for every HCA, so rails without a common index raise
+      ``RoceGidError`` unless ``nccl_gid_auto`` (used only in that case; a
+      common index is always pinned): then the index is left out and NCCL
+      selects it (``NCCL_IB_ADDR_FAMILY=AF_INET``,
       ``NCCL_IB_ROCE_VERSION_NUM``, ``NCCL_IB_ADDR_RANGE`` when every rail was
-      given with the same ``/prefix``).
+      given with the same ``/prefix``, which steers the selection to the
+      fabric subnet). Sources: sim/SOURCES.md, "vLLM stand-in: NCCL".
     * ``NCCL_SOCKET_IFNAME`` (exact form ``=netdev``), ``GLOO_SOCKET_IFNAME``,
       ``TP_SOCKET_IFNAME``: the netdev of the first rail (or ``socket_ifname``).
     * ``VLLM_HOST_IP``: the first fabric address.

@@ -1,6 +1,7 @@
-"""The vLLM stand-in enforces what NCCL checks at init over RoCE (sim/vllm-standin/src/vllm/nccl.py): each rank's
-NCCL_IB_GID_INDEX must name a RoCE v2 GID on an ACTIVE port of every device of NCCL_IB_HCA, one of them carrying
-VLLM_HOST_IP, read from the node's live sysfs tree (here: trees written by the sim's own sparksim.rdma.write_sysfs,
+"""The vLLM stand-in enforces what NCCL checks at init over RoCE (sim/vllm-standin/src/vllm/nccl.py): the GID each
+rank uses (NCCL_IB_GID_INDEX, or NCCL's own selection when it is unset or EMPTY: ncclLoadParam reads "" as unset and
+IB_GID_INDEX defaults to -1, NCCL v2.27.7-1) must be a RoCE v2 GID on an ACTIVE port of every device of NCCL_IB_HCA,
+one of them carrying VLLM_HOST_IP, read from the node's live sysfs tree (here: trees written by the sim's own sparksim.rdma.write_sysfs,
 as spark-sim-boot writes them in a node). Otherwise the rank dies at rendezvous with seed 003's "unhandled system
 error" and the head never serves. Every process runs on 127.0.0.1."""
 
@@ -57,10 +58,11 @@ def test_the_resolved_index_passes(tmp_path):
 @pytest.mark.parametrize('index, fragment', [
     ('2', 'not a RoCE v2 IPv4 GID'),          # the v1 twin of the address
     ('1', 'not a RoCE v2 IPv4 GID'),          # the RoCE v2 link-local GID
-    ('', 'local GID index 0'),                # empty = 0, link-local (seed 003)
+    ('0', 'local GID index 0'),               # the link-local v1 GID
     ('5', 'not a RoCE v2 IPv4 GID'),          # an empty slot: the GIDs moved at a reboot
     ('999', 'ibv_query_gid failed'),          # beyond the table
-    ('three', 'is not an integer'),
+    ('three', 'local GID index 0'),           # strtoll("three", NULL, 0) is 0 without an error
+    (' ', 'local GID index 0'),               # not empty: strtoll of a blank is 0 too
 ])
 def test_a_wrong_index_fails(tmp_path, index, fragment):
     root = spark_tree(tmp_path, 'n', [WORKER_IP])
@@ -113,8 +115,50 @@ def test_auto_selection_when_the_index_is_unset(tmp_path):
     root = spark_tree(tmp_path, 'n', [WORKER_IP])
     assert nccl.init_problem(env(root, WORKER_IP, None, NCCL_IB_ADDR_FAMILY='AF_INET')) is None
     assert nccl.init_problem(env(root, WORKER_IP, '-1')) is None
+    # nothing in range: the pick stays at index 0, the link-local GID
     problem = nccl.init_problem(env(root, WORKER_IP, None, NCCL_IB_ADDR_RANGE='10.0.0.0/8'))
-    assert problem and 'no RoCE v2 IPv4 GID in 10.0.0.0/8' in problem
+    assert problem and 'local GID index 0 is fe80:' in problem and 'NCCL selected it' in problem, problem
+
+
+@pytest.mark.parametrize('index', ['', None, '-1'])
+def test_an_empty_index_is_unset_and_nccl_selects_the_gid(tmp_path, index):
+    """ncclLoadParam: ``if (str && strlen(str) > 0) value = strtoll(...)``, else the default -1 of IB_GID_INDEX.
+
+    Fails on the old stand-in, which read "" as index 0 (the link-local GID) and failed the rank."""
+    root = spark_tree(tmp_path, 'n', [WORKER_IP])                     # WORKER_IP at 2 (v1) / 3 (v2)
+    assert nccl.init_problem(env(root, WORKER_IP, index)) is None
+    devices = nccl.read_devices(str(root))
+    port_dir = str(devices['rocep1s0f1'][1]['dir'])
+    assert nccl.select_gid_index(port_dir, env(root, WORKER_IP, index)) == 3
+
+
+def test_the_selection_takes_the_first_roce_v2_ipv4_gid_not_the_fabric_address(tmp_path):
+    """Why the collection still writes an explicit index: NCCL's pick is the first RoCE v2 IPv4 GID of the port."""
+    root = spark_tree(tmp_path, 'n', ['10.9.9.9', WORKER_IP])      # 10.9.9.9 at 2/3, WORKER_IP at 4/5
+    problem = nccl.init_problem(env(root, WORKER_IP, ''))
+    assert problem and 'carry 10.9.9.9, not VLLM_HOST_IP %s' % WORKER_IP in problem, problem
+    assert 'NCCL_IB_GID_INDEX empty, so NCCL selected it' in problem
+    port_dir = str(nccl.read_devices(str(root))['rocep1s0f1'][1]['dir'])
+    assert nccl.select_gid_index(port_dir, env(root, WORKER_IP, '')) == 3
+    # NCCL_IB_ADDR_RANGE steers the pick to the fabric address; the explicit index always works
+    assert nccl.select_gid_index(port_dir, env(root, WORKER_IP, '', NCCL_IB_ADDR_RANGE='192.168.110.0/24')) == 5
+    assert nccl.init_problem(env(root, WORKER_IP, '', NCCL_IB_ADDR_RANGE='192.168.110.0/24')) is None
+    assert nccl.init_problem(env(root, WORKER_IP, '5')) is None
+
+
+def test_the_selection_follows_ncclUpdateGidIndex(tmp_path):
+    """Version and family rules of ncclUpdateGidIndex, and ncclLoadParam's strtoll for the version."""
+    root = spark_tree(tmp_path, 'n', [WORKER_IP])
+    port_dir = str(nccl.read_devices(str(root))['rocep1s0f1'][1]['dir'])
+    assert nccl.select_gid_index(port_dir, env(root, WORKER_IP, '', NCCL_IB_ROCE_VERSION_NUM='1')) == 2
+    assert nccl.select_gid_index(port_dir, env(root, WORKER_IP, '', NCCL_IB_ROCE_VERSION_NUM='')) == 3
+    assert nccl.select_gid_index(port_dir, env(root, WORKER_IP, '', NCCL_IB_ADDR_FAMILY='inet')) == 3  # not AF_INET6
+    assert nccl.select_gid_index(port_dir, env(root, WORKER_IP, '', NCCL_IB_ADDR_RANGE='192.168.110.2')) == 3  # no /
+    assert nccl.select_gid_index(port_dir, env(root, WORKER_IP, '0x3')) == 3
+    assert nccl.select_gid_index(port_dir, env(root, WORKER_IP, '3abc')) == 3
+    assert nccl.select_gid_index(port_dir, env(root, WORKER_IP, '010')) == 8                      # octal
+    assert nccl.select_gid_index(port_dir, env(root, WORKER_IP, '99999999999999999999')) == 3     # ERANGE: default
+    assert [nccl.c_strtoll(t)[0] for t in ('three', ' ', '-2', '+7')] == [0, 0, -2, 7]
 
 
 def test_nothing_checked_without_roce(tmp_path):

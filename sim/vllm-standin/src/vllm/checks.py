@@ -1,8 +1,10 @@
 """What the real stack reads from the environment at start, checked the way it fails.
 
-* ``nccl_warnings``: NCCL_IB_HCA set with NCCL_IB_GID_INDEX empty (NCCL reads
-  "" as index 0, a link-local fe80 GID: "unhandled system error" at init) or
-  unset without NCCL_IB_ADDR_FAMILY (no pinned index and no auto selection).
+* ``nccl_warnings``: NCCL_IB_HCA set with NCCL_IB_GID_INDEX empty (NCCL >= 2.21
+  reads "" as unset and selects the GID itself: the first RoCE v2 IPv4 GID of
+  each port, not necessarily the fabric address; see nccl.py) or unset without
+  NCCL_IB_ADDR_FAMILY (nothing pins the index), or not a plain integer (NCCL's
+  strtoll reads "three" as 0).
 * ``hf_cache_problem``: with HF_HUB_OFFLINE=1 the model must be in the HF cache
   (huggingface_hub's LocalEntryNotFoundError otherwise). Simple on purpose:
   ``models--ORG--NAME/snapshots/<sha>/config.json`` must exist, the sha being
@@ -15,6 +17,8 @@ from __future__ import annotations
 import os
 import re
 from typing import Mapping, Optional
+
+from .nccl import c_strtoll
 
 _TRUE = {'1', 'ON', 'YES', 'TRUE'}
 _SHA_RE = re.compile(r'^[0-9a-f]{40}$')
@@ -30,16 +34,17 @@ def nccl_warnings(env: Mapping[str, str]) -> list[str]:
     if not hca:
         return []
     if 'NCCL_IB_GID_INDEX' in env and not env['NCCL_IB_GID_INDEX'].strip():
-        return ['NCCL_IB_GID_INDEX is set but empty while NCCL_IB_HCA=%s: NCCL reads an empty index as 0, a link-local fe80 '
-                'GID, and dies at init with "unhandled system error". Pin the RoCE v2 index of this node (show_gids) or leave '
-                'the variable out and set NCCL_IB_ADDR_FAMILY=AF_INET so NCCL >= 2.21 selects it.' % hca]
+        return ['NCCL_IB_GID_INDEX is set but empty while NCCL_IB_HCA=%s: NCCL reads an empty value as unset and selects '
+                'the GID itself (the first RoCE v2 IPv4 GID of each port), which need not carry this node\'s fabric address '
+                'and may differ per node. Pin the RoCE v2 index of this node (show_gids).' % hca]
     if 'NCCL_IB_GID_INDEX' not in env and not env.get('NCCL_IB_ADDR_FAMILY', '').strip():
         return ['NCCL_IB_GID_INDEX is unset while NCCL_IB_HCA=%s and NCCL_IB_ADDR_FAMILY is not set: nothing pins the RoCE v2 '
                 'GID index of this node (it differs per node and drifts across reboots). Pin it (show_gids) or set '
                 'NCCL_IB_ADDR_FAMILY=AF_INET so NCCL >= 2.21 selects it.' % hca]
-    value = env.get('NCCL_IB_GID_INDEX', '').strip()
+    value = env.get('NCCL_IB_GID_INDEX', '')
     if value and not re.match(r'^-?\d+$', value):
-        return ['NCCL_IB_GID_INDEX is %r, expected an integer (the RoCE v2 GID index of this node)' % value]
+        return ['NCCL_IB_GID_INDEX is %r, expected an integer (the RoCE v2 GID index of this node); NCCL reads it with '
+                'strtoll as %d' % (value, c_strtoll(value)[0])]
     return []
 
 

@@ -96,13 +96,14 @@ def test_unsigned_sources_file(repo):
 
 
 def test_stock_dgx_os_package_set(repo):
-    """The precompiled module per kernel (one build per driver, = its kernel-common), the flavour metapackages,
-    the firmware and exact pinning packages, nvidia-modprobe at a version of its own."""
+    """The precompiled module per kernel (one build per driver, >= its kernel-common as NVIDIA's DGX repo writes it),
+    the flavour metapackages, the firmware and exact pinning packages, nvidia-modprobe at a version of its own."""
     _out, stanzas, _src = repo
     mod = stanzas[("linux-modules-nvidia-580-open-6.17.0-1026-nvidia", "6.17.0-1026.26+3")]
-    assert mod["Depends"] == "nvidia-kernel-common-580 (= 580.173.02-1ubuntu1), linux-image-6.17.0-1026-nvidia"
+    assert mod["Depends"] == "nvidia-kernel-common-580 (>= 580.173.02), linux-image-6.17.0-1026-nvidia"
     meta = stanzas[("linux-modules-nvidia-580-open-nvidia-hwe-24.04", "6.17.0-1014.14+3")]
-    assert meta["Depends"] == "linux-modules-nvidia-580-open-6.17.0-1014-nvidia (= 6.17.0-1014.14+3)"
+    assert meta["Depends"] == ("linux-modules-nvidia-580-open-6.17.0-1014-nvidia (= 6.17.0-1014.14+3), "
+                               "nvidia-kernel-common-580 (>= 580.173.02)")
     assert stanzas[("linux-image-nvidia-hwe-24.04", "6.17.0-1026.26")]["Depends"] == \
         "linux-image-6.17.0-1026-nvidia (= 6.17.0-1026.26)"
     driver = stanzas[("nvidia-driver-580-open", "580.173.02-1ubuntu1")]["Depends"]
@@ -110,6 +111,28 @@ def test_stock_dgx_os_package_set(repo):
     assert ("nvidia-firmware-580-580.173.02", "580.173.02-1ubuntu1") in stanzas
     assert ("nvidia-driver-pinning-580.173.02", "580.173.02-1") in stanzas
     assert [v for (n, v) in stanzas if n == "nvidia-modprobe"] == ["580.126.09-1ubuntu1"]
+    # a module build never names its driver with = (no real one does; the driver metapackage and nvidia-dkms do)
+    assert not [f for (n, _v), f in stanzas.items() if n.startswith("linux-modules-") and "kernel-common-580 (=" in f["Depends"]]
+
+
+def test_ubuntu_archive_form(repo):
+    """OUTDIR/ubuntu: Ubuntu's version format and the <=/>= pair of linux-restricted-modules; module_builds reads it."""
+    out, _stanzas, _src = repo
+    text = (out / "ubuntu" / "Packages").read_text()
+    ubuntu = {}
+    for block in text.strip().split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line and not line.startswith(" "))
+        ubuntu[(fields["Package"], fields["Version"])] = fields
+    assert ("libnvidia-compute-580", "580.159.03-0ubuntu0.24.04.1") in ubuntu
+    mod = ubuntu[("linux-modules-nvidia-580-open-6.17.0-1014-nvidia", "6.17.0-1014.14+2")]
+    assert mod["Depends"] == ("linux-image-6.17.0-1014-nvidia, nvidia-kernel-common-580 (<= 580.159.03-1), "
+                              "nvidia-kernel-common-580 (>= 580.159.03)")
+    sys.path.insert(0, str(REPO / "collections"))
+    from ansible_collections.dgxspark.cluster.plugins.module_utils import nvidia_stack as ns
+    builds = ns.module_builds(text, "580.159.03-0ubuntu0.24.04.1")
+    assert builds["linux-modules-nvidia-580-open-6.17.0-1014-nvidia"] == ["6.17.0-1014.14+2"]
+    assert builds["linux-modules-nvidia-580-open-nvidia-hwe-24.04"] == ["6.17.0-1014.14+2", "6.17.0-1026.26+2"]
+    assert "Origin: spark-sim Ubuntu" in (out / "ubuntu" / "Release").read_text()
 
 
 def test_precompiled_module_path_and_dkms_build(repo, tmp_path):

@@ -40,6 +40,8 @@ import os
 import re
 import stat
 
+from ansible_collections.dgxspark.cluster.plugins.module_utils import safe_dirs
+
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 INDEX_NAME = "model.safetensors.index.json"
@@ -91,17 +93,44 @@ def check_ref(raw, revision, ref_name="main"):
 
 
 def read_ref(repo_dir, ref_name="main"):
-    """The raw bytes of refs/<ref_name>, or None (a link is not followed: read as absent)."""
+    """The raw bytes of refs/<ref_name>, or None: absent, a link (never followed) or not a regular file.
+
+    The ref is opened relative to descriptors of the repo folder and ``refs`` (``safe_dirs.open_directory``: no link
+    on the way is followed where a less trusted user could have planted it), with ``O_NOFOLLOW | O_NONBLOCK``, and
+    checked to be a regular file after opening: a FIFO planted there neither blocks the open nor the read.
+    """
     try:
-        fd = os.open(os.path.join(repo_dir, "refs", ref_name), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except (FileNotFoundError, NotADirectoryError):
+        repo_fd = safe_dirs.open_directory(repo_dir)
+    except (OSError, safe_dirs.UnsafePath):
+        return None
+    try:
+        try:
+            refs_fd = safe_dirs.open_child_directory(repo_fd, "refs", os.path.join(repo_dir, "refs"))
+        except (OSError, safe_dirs.UnsafePath):
+            return None
+        try:
+            return _read_regular(refs_fd, ref_name, 4096)
+        finally:
+            os.close(refs_fd)
+    finally:
+        os.close(repo_fd)
+
+
+def _read_regular(dir_fd, name, limit):
+    """Up to ``limit`` bytes of the regular file ``name`` in ``dir_fd``; None when absent, a link or no regular file."""
+    try:
+        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+                     | getattr(os, "O_CLOEXEC", 0), dir_fd=dir_fd)
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return None
     except OSError as error:
-        if error.errno == errno.ELOOP:
+        if error.errno in (errno.ELOOP, errno.ENXIO):
             return None
         raise
     with os.fdopen(fd, "rb") as handle:
-        return handle.read(4096)
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return None
+        return handle.read(limit)
 
 
 class LinkRefused(OSError):
@@ -147,41 +176,73 @@ def _no_link(path):
         raise LinkRefused("%s is a link (to %s): refused, nothing written" % (path, os.readlink(path)))
 
 
+def _open_repo_dir(repo_dir, what):
+    """A descriptor of the repo folder, walked without following a link a less trusted user could plant."""
+    _no_link(repo_dir)
+    try:
+        return safe_dirs.open_directory(repo_dir)
+    except safe_dirs.UnsafePath as error:
+        raise LinkRefused("%s: refused, nothing %s" % (error, what))
+
+
+def _open_child(dir_fd, name, path, what):
+    try:
+        return safe_dirs.open_child_directory(dir_fd, name, path)
+    except safe_dirs.UnsafePath as error:
+        raise LinkRefused("%s: refused, nothing %s" % (error, what))
+
+
 def write_ref(repo_dir, revision, ref_name="main", uid=-1, gid=-1):
     """Make refs/<ref_name> hold exactly ``revision`` (no newline), atomically; True when it changed.
 
-    Never follows a link: the repo folder, ``refs`` and the ref itself are lstat-ed (``LinkRefused`` names the
-    path), the temporary file is opened with O_NOFOLLOW|O_EXCL and chowned through its descriptor, ``refs``
-    with lchown.
+    Root acts only through descriptors: the repo folder and ``refs`` are opened without following a link
+    (``LinkRefused`` names the path), ``refs`` is made with mkdirat when missing, the temporary file is created in
+    that descriptor with O_NOFOLLOW|O_EXCL, chowned through its own descriptor, and renamed over the ref inside
+    the same directory (renameat): a ``refs`` swapped for a link after the checks is never followed, the write
+    lands in the directory that was opened. A ref that is a link is refused; one that is no regular file (a FIFO)
+    is read as absent and replaced, never opened for writing.
     """
     if not is_commit(revision):
         raise ValueError("not a 40-hex commit sha: %r" % revision)
     if "/" in ref_name or ref_name in ("", ".", ".."):
         raise ValueError("not a plain ref name: %r" % ref_name)
-    _no_link(repo_dir)
     refs = os.path.join(repo_dir, "refs")
-    _no_link(refs)
     target = os.path.join(refs, ref_name)
-    _no_link(target)
-    if read_ref(repo_dir, ref_name) == revision.encode():
-        return False
+    repo_fd = _open_repo_dir(repo_dir, "written")
     try:
-        os.mkdir(refs, 0o755)
-    except FileExistsError:
-        _no_link(refs)
-    tmp = "%s.%d.tmp" % (target, os.getpid())
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
-    try:
-        os.write(fd, revision.encode())
-        os.fchmod(fd, 0o644)
-        if uid != -1 or gid != -1:
-            os.fchown(fd, uid, gid)
+        try:
+            os.mkdir("refs", 0o755, dir_fd=repo_fd)
+        except FileExistsError:
+            pass
+        refs_fd = _open_child(repo_fd, "refs", refs, "written")
+        try:
+            try:
+                info = os.stat(ref_name, dir_fd=refs_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                info = None
+            if info is not None and stat.S_ISLNK(info.st_mode):
+                raise LinkRefused("%s is a link (to %s): refused, nothing written"
+                                  % (target, os.readlink(ref_name, dir_fd=refs_fd)))
+            if _read_regular(refs_fd, ref_name, 4096) == revision.encode():
+                return False
+            tmp = ".%s.%d.tmp" % (ref_name, os.getpid())
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+                         | getattr(os, "O_CLOEXEC", 0), 0o644, dir_fd=refs_fd)
+            try:
+                os.write(fd, revision.encode())
+                os.fchmod(fd, 0o644)
+                if uid != -1 or gid != -1:
+                    os.fchown(fd, uid, gid)
+            finally:
+                os.close(fd)
+            if uid != -1 or gid != -1:
+                os.fchown(refs_fd, uid, gid)
+            os.replace(tmp, ref_name, src_dir_fd=refs_fd, dst_dir_fd=refs_fd)
+            return True
+        finally:
+            os.close(refs_fd)
     finally:
-        os.close(fd)
-    if uid != -1 or gid != -1:
-        os.chown(refs, uid, gid, follow_symlinks=False)
-    os.replace(tmp, target)
-    return True
+        os.close(repo_fd)
 
 
 # --------------------------------------------------------------------------- hashing
@@ -376,18 +437,43 @@ def prune_plan(repo_dir, revision):
 
 
 def prune(repo_dir, plan):
-    """Carry out a ``prune_plan``; returns the bytes freed."""
+    """Carry out a ``prune_plan``; returns the bytes freed.
+
+    Root removes only through descriptors: the repo folder, ``snapshots`` and ``blobs`` are opened without
+    following a link (``LinkRefused`` names it, nothing removed), each snapshot tree is removed relative to the
+    ``snapshots`` descriptor (``shutil.rmtree(dir_fd=...)``, which never follows a link inside the tree), each blob
+    is unlinked relative to the ``blobs`` descriptor, and a planned name that turned into a link is removed as the
+    link, never followed.
+    """
     import shutil
-    for rel in plan["snapshots"]:
-        shutil.rmtree(os.path.join(repo_dir, rel), ignore_errors=True)
+    repo_fd = _open_repo_dir(repo_dir, "removed")
     freed = 0
-    for rel in plan["blobs"]:
-        path = os.path.join(repo_dir, rel)
-        try:
-            freed += os.path.getsize(path)
-            os.unlink(path)
-        except OSError:
-            continue
+    try:
+        for top, rels in (("snapshots", plan["snapshots"]), ("blobs", plan["blobs"])):
+            names = [rel.split("/", 1)[1] for rel in rels if rel.startswith(top + "/")]
+            names = [n for n in names if n and "/" not in n and n not in (".", "..")]
+            if not names:
+                continue
+            try:
+                top_fd = _open_child(repo_fd, top, os.path.join(repo_dir, top), "removed")
+            except FileNotFoundError:
+                continue
+            try:
+                for name in names:
+                    try:
+                        info = os.stat(name, dir_fd=top_fd, follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue
+                    if stat.S_ISDIR(info.st_mode):
+                        shutil.rmtree(name, dir_fd=top_fd)
+                        continue
+                    if stat.S_ISREG(info.st_mode) and top == "blobs":
+                        freed += info.st_size
+                    os.unlink(name, dir_fd=top_fd)
+            finally:
+                os.close(top_fd)
+    finally:
+        os.close(repo_fd)
     return freed
 
 

@@ -151,3 +151,35 @@ def ensure(path, uid, gid, mode, parent=False, check=False):
         return 'fixed' if wrong else None
     finally:
         os.close(fd)
+
+
+def open_directory(path):
+    """An ``O_NOFOLLOW`` descriptor of the existing directory ``path``, walked from ``/`` as ``ensure`` walks it.
+
+    A link on the way is followed only where root alone could have put it; a link at ``path`` itself, or on the way
+    in a directory another user can write, raises ``UnsafePath`` naming it; a missing component raises
+    ``FileNotFoundError``. The caller works relative to the descriptor (``dir_fd=``) and closes it: whatever is swapped
+    in by path afterwards, its calls reach the directory that was opened.
+    """
+    fd = _walk_parent(path, create=False, made=[])[0]
+    if fd is None:
+        raise FileNotFoundError(errno.ENOENT, 'No such file or directory', path)
+    try:
+        return open_child_directory(fd, os.path.basename(path), path)
+    finally:
+        os.close(fd)
+
+
+def open_child_directory(dir_fd, name, path):
+    """An ``O_NOFOLLOW`` descriptor of the directory ``name`` inside ``dir_fd`` (``path`` names it in messages)."""
+    if not name or '/' in name or name in ('.', '..'):
+        raise UnsafePath('%s: not a plain name' % path)
+    try:
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        raise FileNotFoundError(errno.ENOENT, 'No such file or directory', path)
+    if stat.S_ISLNK(info.st_mode):
+        raise UnsafePath('%s is a symbolic link (to %s); expected a directory (a link is not followed)'
+                         % (path, os.readlink(name, dir_fd=dir_fd)))
+    return _open_dir(name, dir_fd, path)
+

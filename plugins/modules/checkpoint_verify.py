@@ -253,7 +253,10 @@ def main():
     if params["prune_other_revisions"]:
         pruned = hf_cache.prune_plan(repo_dir, params["revision"])
         if not module.check_mode:
-            hf_cache.prune(repo_dir, pruned)
+            try:
+                hf_cache.prune(repo_dir, pruned)
+            except (hf_cache.LinkRefused, OSError) as error:
+                module.fail_json(msg="%s: cannot remove the other revisions: %s" % (repo_dir, error))
     started = time.time()
     try:
         report = hf_cache.verify_cache(

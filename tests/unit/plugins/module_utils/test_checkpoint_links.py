@@ -227,3 +227,117 @@ def test_the_runtime_leaves_existing_parents_alone_too():
     with open(os.path.join(runtime, "tasks", "user.yml"), encoding="utf-8") as handle:
         task = [t for t in yaml.safe_load(handle) if t.get("name") == "Create the directories"][0]
     assert "item.parent" in task["when"] and task["ansible.builtin.file"]["follow"] is False
+
+
+# --------------------------------------------------------------------------- issue 24, finding 4: races and FIFOs
+# The checks above are over by the time root acts; these plant the link *between* the check and the act (at the
+# moment root opens its temporary file or starts removing), or plant what a by-path open would hang on.
+
+def _swap_at_first_open(suffix, swap):
+    """Patch os.open so that ``swap`` runs (as the less trusted user) just before root's first open of a name
+    ending with ``suffix``: the window a by-path check-then-act leaves."""
+    real_open = os.open
+    state = {"done": False}
+
+    def hooked(path, *args, **kwargs):
+        if not state["done"] and isinstance(path, str) and path.endswith(suffix):
+            state["done"] = True
+            swap()
+        return real_open(path, *args, **kwargs)
+    return mock.patch("os.open", hooked), state
+
+
+def test_write_ref_lands_in_the_refs_it_opened_when_refs_is_swapped_for_a_link_mid_write(owned_cache):
+    repo, victim, uid = owned_cache["repo"], owned_cache["victim"], owned_cache["uid"]
+    os.unlink(repo / "refs" / "main")
+
+    def swap():
+        def plant():
+            os.rename(repo / "refs", repo / "refs.real")
+            os.symlink(str(victim), str(repo / "refs"))
+        as_user(uid, plant)
+
+    patch, state = _swap_at_first_open(".tmp", swap)
+    with patch:
+        try:
+            hc.write_ref(str(repo), REV, uid=0, gid=0)
+        except hc.LinkRefused:
+            pass  # refusing is as good as writing where it opened
+    assert state["done"], "the swap never ran: the test did not reach root's write"
+    _untouched(victim)
+    assert (repo / "refs.real" / "main").read_bytes() == REV.encode()
+
+
+def test_read_ref_and_write_ref_do_not_hang_on_a_fifo(owned_cache):
+    import signal
+    repo, uid = owned_cache["repo"], owned_cache["uid"]
+
+    def plant():
+        os.unlink(repo / "refs" / "main")
+        os.mkfifo(str(repo / "refs" / "main"))
+
+    as_user(uid, plant)
+
+    def timeout(_signum, _frame):
+        raise AssertionError("blocked on the FIFO at refs/main")
+
+    old = signal.signal(signal.SIGALRM, timeout)
+    signal.alarm(10)
+    try:
+        assert hc.read_ref(str(repo)) is None
+        report = hc.verify_cache(owned_cache["cache"], REPO, REV, manifest=owned_cache["manifest"])
+        assert "ref_missing" in [p["kind"] for p in report["problems"]]
+        assert hc.write_ref(str(repo), REV, uid=uid, gid=uid) is True
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert (repo / "refs" / "main").read_bytes() == REV.encode()
+
+
+@pytest.mark.parametrize("top", ["snapshots", "blobs"])
+def test_prune_never_removes_through_a_directory_swapped_for_a_link(owned_cache, top):
+    """checkpoint_old_revisions: remove; the user swaps snapshots/ (or blobs/) for a link to a root directory that
+    holds entries of the planned names, after the plan was made."""
+    repo, victim, uid = owned_cache["repo"], owned_cache["victim"], owned_cache["uid"]
+    other = "a" * 40
+    old_blob = "b" * 64
+    (repo / "snapshots" / other).mkdir()
+    (repo / "blobs" / old_blob).write_bytes(b"o" * 300)
+    if ROOT:
+        give_tree(str(repo), uid)
+    plan = hc.prune_plan(str(repo), REV)
+    assert plan["snapshots"] == ["snapshots/" + other] and plan["blobs"] == ["blobs/" + old_blob]
+    (victim / other).mkdir()                          # root's directories of the planned names
+    (victim / other / "keep").write_bytes(b"root's\n")
+    (victim / old_blob).write_bytes(b"root's\n")
+
+    def plant():
+        os.rename(repo / top, repo / (top + ".real"))
+        os.symlink(str(victim), str(repo / top))
+
+    as_user(uid, plant)
+    with pytest.raises(hc.LinkRefused) as err:
+        hc.prune(str(repo), plan)
+    assert str(repo / top) in str(err.value) and "refused" in str(err.value)
+    assert (victim / other / "keep").read_bytes() == b"root's\n"
+    assert (victim / old_blob).read_bytes() == b"root's\n"
+
+
+def test_prune_removes_a_planned_name_turned_link_as_the_link(owned_cache):
+    repo, victim, uid = owned_cache["repo"], owned_cache["victim"], owned_cache["uid"]
+    other = "a" * 40
+    (repo / "snapshots" / other).mkdir()
+    (victim / "keep").mkdir()
+    (victim / "keep" / "file").write_bytes(b"root's\n")
+    if ROOT:
+        give_tree(str(repo), uid)
+    plan = hc.prune_plan(str(repo), REV)
+
+    def plant():
+        os.rmdir(repo / "snapshots" / other)
+        os.symlink(str(victim / "keep"), str(repo / "snapshots" / other))
+
+    as_user(uid, plant)
+    hc.prune(str(repo), plan)
+    assert not os.path.lexists(repo / "snapshots" / other)
+    assert (victim / "keep" / "file").read_bytes() == b"root's\n"

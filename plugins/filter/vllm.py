@@ -42,9 +42,9 @@ def vllm_serve_warnings(knobs, runtime_kind='container'):
     return vllm_cmd.serve_warnings(knobs, runtime_kind=runtime_kind)
 
 
-def vllm_serve_env(knobs, runtime_kind='container'):
-    """Static, non-secret environment of vllm serve (see vllm_cmd.serve_env)."""
-    return vllm_cmd.serve_env(knobs, runtime_kind=runtime_kind)
+def vllm_serve_env(knobs, runtime_kind='container', cache_dir=None):
+    """Static, non-secret environment of vllm serve, with the node's JIT cache paths under cache_dir (see vllm_cmd.serve_env)."""
+    return vllm_cmd.serve_env(knobs, runtime_kind=runtime_kind, cache_dir=cache_dir)
 
 
 def vllm_api_problems(knobs):

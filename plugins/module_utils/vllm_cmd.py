@@ -38,7 +38,7 @@ import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 __all__ = [
-    'VllmConfigError', 'KNOBS', 'KNOB_DEFAULTS', 'KINDS', 'PROFILES', 'KIND_ENV', 'CUDAGRAPH_MODES', 'KNOB_PREFIX', 'PER_HOST_ENV_KEYS', 'STATIC_ENV',
+    'VllmConfigError', 'KNOBS', 'KNOB_DEFAULTS', 'KINDS', 'PROFILES', 'KIND_ENV', 'CACHE_ENV', 'CACHE_ENV_KEYS', 'cache_env', 'CUDAGRAPH_MODES', 'KNOB_PREFIX', 'PER_HOST_ENV_KEYS', 'STATIC_ENV',
     'MAX_MODEL_LEN_CEILING', 'MIN_MTP_0731', 'RECOMMENDED_MAX_NUM_SEQS', 'GPU_MEMORY_UTILIZATION_CEILING',
     'KV_CACHE_DTYPES', 'DRAFT_SAMPLE_METHODS', 'DEFAULT_THINKING', 'OWNED_FLAGS',
     'REQUIRED_BLOCK_SIZE', 'REPO_0731', 'REVISION_0731', 'api_problems', 'is_0731',
@@ -92,8 +92,8 @@ KNOBS = (
     ('mtp_num_tokens', MIN_MTP_0731, 'int', 'DSpark draft depth (num_speculative_tokens); at least 5 for the 0731 checkpoint.'),
     ('draft_sample_method', 'probabilistic', 'str', 'DSpark draft sampling, probabilistic or greedy.'),
     ('trust_remote_code', True, 'bool', '--trust-remote-code.'),
-    ('tokenizer_mode', None, 'str', '--tokenizer-mode; empty leaves it out; null = the kind\'s profile (container deepseek_v4, '
-     'venv empty).'),
+    ('tokenizer_mode', None, 'str', '--tokenizer-mode; empty leaves it out; null = the kind\'s profile (deepseek_v4 for both: '
+     'DeepSeek ships no Jinja chat template, so chat needs the deepseek_v4 encoder).'),
     ('moe_backend', None, 'str', '--moe-backend; empty leaves it out; null = the kind\'s profile (container flashinfer_b12x, '
      'venv marlin).'),
     ('tool_call_parser', 'deepseek_v4', 'str', '--tool-call-parser with --enable-auto-tool-choice; empty leaves both out.'),
@@ -120,10 +120,13 @@ PROFILES = {
     'container': {'max_num_seqs': RECOMMENDED_MAX_NUM_SEQS, 'tokenizer_mode': 'deepseek_v4', 'moe_backend': 'flashinfer_b12x',
                   'flashinfer_autotune': True, 'cudagraph_mode': ''},
     # Seed 000's stack: a plain venv on vLLM 0.27.1 (fork branch port-0271), CUDA 13.3: "Marlin MXFP4 MoE,
-    # FULL_AND_PIECEWISE CUDA graphs", "max_num_seqs back at 12" after the block-zeroer fix (finding #12). Seed 000
-    # names no tokenizer mode and no FlashInfer autotune (the autotune tunes the b12x/FlashInfer MoE it does not run):
-    # both left out, vLLM's defaults.
-    'venv': {'max_num_seqs': 12, 'tokenizer_mode': '', 'moe_backend': 'marlin', 'flashinfer_autotune': False,
+    # FULL_AND_PIECEWISE CUDA graphs", "max_num_seqs back at 12" after the block-zeroer fix (finding #12). No FlashInfer
+    # autotune (it tunes the b12x/FlashInfer MoE the venv does not run). --tokenizer-mode deepseek_v4 as the recipe
+    # passes it: the 0731 repository ships no Jinja chat template (recipe docs/DEEPSEEK_V4_FLASH_0731.md @ 489af95), so
+    # only the deepseek_v4 renderer (vllm/renderers/registry.py, vllm/tokenizers/deepseek_v4.py) serves chat. vLLM
+    # 0.27.1's "auto" picks the same mode for DeepseekV4ForCausalLM (vllm/config/model.py), but only from config.json's
+    # architecture; the explicit flag does not depend on it (and on no fork keeping that default).
+    'venv': {'max_num_seqs': 12, 'tokenizer_mode': 'deepseek_v4', 'moe_backend': 'marlin', 'flashinfer_autotune': False,
              'cudagraph_mode': 'FULL_AND_PIECEWISE'},
 }
 CUDAGRAPH_MODES = ('NONE', 'PIECEWISE', 'FULL', 'FULL_DECODE_ONLY', 'FULL_AND_PIECEWISE')
@@ -175,13 +178,34 @@ KIND_ENV = {
         ('DG_JIT_USE_NVRTC', '0'),                     # compose
         ('DG_JIT_NVCC_COMPILER', '/usr/local/cuda/bin/nvcc'),  # compose (the image's CUDA)
     ),
-    # Seed 000's venv (vLLM 0.27.1 port-0271, CUDA 13.3 from roles/cuda's environment file).
+    # Seed 000's venv (vLLM 0.27.1 port-0271, CUDA 13.3 from roles/cuda's environment file). No VLLM_MXFP4_USE_MARLIN:
+    # vLLM #44992 removed it before 0.27 (vllm/envs.py of the 0.27.1 wheel has no such variable and no module reads it);
+    # the Marlin MXFP4 MoE of seed 000 is --moe-backend marlin (the venv profile above).
     'venv': (
         ('TORCH_CUDA_ARCH_LIST', '12.1a'),             # seed 000: GB10 is sm_121a; extensions built in the venv target it
         ('FLASHINFER_CUDA_ARCH_LIST', '12.1a'),        # seed 000: sm_121a, for FlashInfer's JIT (attention kernels)
-        ('VLLM_MXFP4_USE_MARLIN', '1'),                # seed 000: "Marlin MXFP4 MoE" (vLLM's switch for the MXFP4 experts)
     ),
 }
+
+# The JIT, autotune and compile caches (both kinds), each a subdirectory of the node's own runtime_cache_dir
+# (never shared between nodes, never copied). The recipe's compose @ 489af95 keeps the first three on its volume
+# (VLLM_CACHE_ROOT=/cache/huggingface/vllm-cache, FLASHINFER_WORKSPACE_BASE=/cache/huggingface/flashinfer,
+# TILELANG_CACHE_DIR=/cache/huggingface/tilelang-cache: "in-image ~/.tilelang/cache dies on container recreate",
+# its docs/ENVS.md). TRITON_CACHE_DIR is Triton's own (python/triton/knobs.py: default $TRITON_HOME/.triton/cache,
+# TRITON_HOME = ~); vLLM's own Triton kernels and their autotune results (TRITON_CACHE_AUTOTUNING=1, vllm/env_override.py)
+# land there; the torch.compile path redirects it under VLLM_CACHE_ROOT by itself (vllm/compilation/compiler_interface.py).
+CACHE_ENV = (
+    ('VLLM_CACHE_ROOT', 'vllm'),
+    ('FLASHINFER_WORKSPACE_BASE', 'flashinfer'),
+    ('TILELANG_CACHE_DIR', 'tilelang'),
+    ('TRITON_CACHE_DIR', 'triton'),
+)
+# The temp directory's subdirectory: the container kind binds it on /tmp as the recipe does (DSPARK_TMP_HOST:/tmp); the
+# venv kind points TMPDIR at it. What defaults to the temp dir (tempfile.gettempdir()): torch inductor's cache outside
+# vLLM's compile path (torch/_inductor/runtime/cache_dir_utils.py: <tmp>/torchinductor_<user>), the CuTe DSL cache of
+# vLLM's flash-attention (vllm/vllm_flash_attn/cute/cache_utils.py: <tmp>/<user>/flash_attention_cute_dsl_cache).
+CACHE_TMP_SUBDIR = 'tmp'
+CACHE_ENV_KEYS = tuple(key for key, _sub in CACHE_ENV) + ('TMPDIR',)
 
 # Written per host at every start by the nic role's resolver (roce_gids.NCCL_ENV_KEYS + NCCL_AUTO_KEYS):
 # an environment knob may not set them, or a stale value would mask the live GID table.
@@ -376,6 +400,9 @@ def resolve_knobs(knobs: Optional[Mapping[str, Any]], runtime_kind: str = 'conta
         if key in PER_HOST_ENV_KEYS:
             raise VllmConfigError('%s is set, expected the per-host fabric values only from the nic resolver (/run/dgxspark/nccl.env, '
                                   'rewritten at every start from the live GID table)' % where)
+        if key in CACHE_ENV_KEYS:
+            raise VllmConfigError('%s is set, expected the JIT cache paths only from runtime_cache_dir (each node\'s own '
+                                  'persistent directory)' % where)
         if isinstance(value, bool):
             continue
         if not isinstance(value, (str, int, float)):
@@ -565,8 +592,28 @@ def serve_warnings(knobs: Optional[Mapping[str, Any]], runtime_kind: str = 'cont
     return warnings
 
 
-def serve_env(knobs: Optional[Mapping[str, Any]], runtime_kind: str = 'container') -> Dict[str, str]:
+def cache_env(cache_dir: Any, runtime_kind: str = 'container') -> Dict[str, str]:
+    """The cache variables under ``cache_dir`` (``CACHE_ENV``; the venv kind's TMPDIR too: the container binds /tmp).
+
+    >>> cache_env('/var/lib/dgxspark/vllm-cache', 'venv')['TRITON_CACHE_DIR']
+    '/var/lib/dgxspark/vllm-cache/triton'
+    """
+    if not isinstance(cache_dir, str) or not cache_dir.startswith('/') or any(c in cache_dir for c in '\r\n\0 "\'$:'):
+        raise VllmConfigError('runtime_cache_dir is %s, expected an absolute path without spaces, quotes, $ or :' % _found(cache_dir))
+    parts = [part for part in cache_dir.split('/') if part]
+    if not parts or '.' in parts or '..' in parts:
+        raise VllmConfigError('runtime_cache_dir is %s, expected a normalised absolute path below / (no . or ..)' % _found(cache_dir))
+    base = '/' + '/'.join(parts)
+    env = dict((key, '%s/%s' % (base, sub)) for key, sub in CACHE_ENV)
+    if runtime_kind == 'venv':
+        env['TMPDIR'] = '%s/%s' % (base, CACHE_TMP_SUBDIR)
+    return env
+
+
+def serve_env(knobs: Optional[Mapping[str, Any]], runtime_kind: str = 'container', cache_dir: Optional[str] = None) -> Dict[str, str]:
     """The static, non-secret environment of ``vllm serve`` (string values), ``runtime_vllm_env`` merged last.
+
+    With ``cache_dir`` (the node's runtime_cache_dir), the JIT cache paths of ``cache_env()``.
 
     >>> serve_env({})['NCCL_DEBUG'], serve_env({})['HF_HUB_OFFLINE']
     ('WARN', '1')
@@ -574,6 +621,8 @@ def serve_env(knobs: Optional[Mapping[str, Any]], runtime_kind: str = 'container
     conf = resolve_knobs(knobs, runtime_kind)
     env = dict(STATIC_ENV)
     env.update(KIND_ENV[runtime_kind])
+    if cache_dir is not None:
+        env.update(cache_env(cache_dir, runtime_kind))
     offline = '1' if conf['hf_hub_offline'] else '0'
     env['HF_HUB_OFFLINE'] = offline
     env['TRANSFORMERS_OFFLINE'] = offline

@@ -138,7 +138,7 @@ RECIPE_STEPS_HEAD = [
 
 def _startup_record(host):
     text = host.check_output("docker exec dgxspark-vllm python3 -c "
-                             "\"print(open('/tmp/dgxspark-standin-startup.log').read())\"")
+                             "\"print(open('/var/tmp/dgxspark-standin-startup.log').read())\"")
     steps = [line.split(" ", 1)[1] for line in text.splitlines() if line.strip()]
     # A rank docker restarted in place (case 2) ran the start-up again in the same container: the last run.
     runs = " | ".join(steps).split("vllm-serve")

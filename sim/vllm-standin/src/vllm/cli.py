@@ -19,7 +19,7 @@ import sys
 import threading
 from typing import Any, Dict, List, Optional
 
-from vllm import __version__, checks, log, nccl, standin_startup
+from vllm import __version__, chat_template, checks, log, nccl, standin_startup
 from vllm.rendezvous import Head, Worker
 from vllm.server import ApiServer, Engine
 
@@ -288,6 +288,7 @@ def run_head(args: argparse.Namespace, model: str, served: List[str], max_model_
              life: Lifecycle) -> int:
     k = int((args.speculative_config or {}).get('num_speculative_tokens') or 0)
     engine = Engine(model, served, max_model_len, k, _env_float('VLLM_STANDIN_STEP_SECONDS', 0.0))
+    engine.chat_problem = chat_template.startup(args, model, os.environ)   # tokenizer mode / Jinja template (chat_template.py)
     ready = threading.Event()
     hang = checks.env_true(os.environ, 'VLLM_STANDIN_HANG_ON_PEER_LOSS')
 

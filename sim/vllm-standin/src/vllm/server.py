@@ -74,6 +74,7 @@ class Engine:
         self.dead = threading.Event()      # lost a TP peer (VLLM_STANDIN_HANG_ON_PEER_LOSS=1): requests hang
         self.stopping = threading.Event()
         self.sched = behaviour.Scheduler()
+        self.chat_problem: Optional[str] = None   # why chat cannot render a prompt (chat_template.py): HTTP 400
 
     def steps(self, n_tokens: int, gen: Optional[behaviour.Generation] = None) -> Iterator[List[str]]:
         """The tokens of a reply of ``n_tokens``, grouped by engine step (prefill, then DSpark steps)."""
@@ -296,6 +297,8 @@ class Handler(BaseHTTPRequestHandler):
         arrived = time.monotonic()
         try:
             body = self._body()
+            if chat and self.engine.chat_problem:
+                raise ApiError(400, self.engine.chat_problem)   # vLLM 0.27.1 safe_apply_chat_template -> BadRequestError
             prompt_tokens = _chat_prompt_tokens(body) if chat else _completion_prompt_tokens(body)
             reply = behaviour.plan(body, chat, REPLY_TOKENS, self.engine.sched.conditions.faults())
             natural = len(reply.render(False))

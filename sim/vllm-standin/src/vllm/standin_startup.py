@@ -4,8 +4,9 @@ The recipe's compose start-up (docker-compose.dspark.yml) runs its hotfix script
 ``exec /usr/local/bin/vllm serve``. The sim's stand-in recipe checkout
 (sim/dspark-recipe-standin) has the same file names and switch names, and each of its
 steps only calls ``record``: one line per step, in order, in ``VLLM_STANDIN_STARTUP_LOG``
-(default ``/tmp/dgxspark-standin-startup.log``, inside the container, so a recreated
-container starts a fresh record) and on stderr (the container's log). ``vllm serve``
+(default ``/var/tmp/dgxspark-standin-startup.log``, in the container's own layer, so a recreated
+container starts a fresh record; not under /tmp, which the collection binds to the node's persistent
+cache as the recipe's compose does) and on stderr (the container's log). ``vllm serve``
 records itself last (``record_serve``), so a test can assert the steps ran, in the
 recipe's order, before serving.
 
@@ -19,7 +20,7 @@ import os
 import sys
 import time
 
-DEFAULT_LOG = '/tmp/dgxspark-standin-startup.log'
+DEFAULT_LOG = '/var/tmp/dgxspark-standin-startup.log'
 
 
 def _log_path():

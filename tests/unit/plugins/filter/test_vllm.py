@@ -25,7 +25,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.dgxspark.cluster.plugins.filter.vllm import FilterModule
 from ansible_collections.dgxspark.cluster.plugins.module_utils import roce_gids
 from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_cmd import (
-    KIND_ENV, KNOB_DEFAULTS, KNOBS, PER_HOST_ENV_KEYS, PROFILES, VllmConfigError, cudagraph_capture_size, serve_argv, serve_env,
+    CACHE_ENV_KEYS, KIND_ENV, KNOB_DEFAULTS, KNOBS, PER_HOST_ENV_KEYS, PROFILES, VllmConfigError, cudagraph_capture_size, serve_argv, serve_env,
     serve_warnings, speculative_config, topology)
 
 REPO = Path(__file__).resolve().parents[4]
@@ -83,17 +83,17 @@ def test_worker_reproduces_the_seed_command():
 # ---------------------------------------------------------------------------- the venv kind's own profile (seed 000)
 
 def test_venv_profile_follows_seed_000_where_it_differs():
-    """Seed 000's venv stack: Marlin MXFP4 MoE, FULL_AND_PIECEWISE graphs, max_num_seqs 12; not the image's b12x flags."""
+    """Seed 000's venv stack: Marlin MXFP4 MoE, FULL_AND_PIECEWISE graphs, max_num_seqs 12; not the image's b12x flags.
+    The 0731 chat encoder as the recipe: --tokenizer-mode deepseek_v4 (DeepSeek ships no Jinja chat template)."""
     argv = head(runtime_kind='venv')
     assert flag(argv, '--max-num-seqs') == '12'
     assert flag(argv, '--max-cudagraph-capture-size') == str(12 * 6)
     assert flag(argv, '--moe-backend') == 'marlin'
     assert json.loads(flag(argv, '--compilation-config')) == {'cudagraph_mode': 'FULL_AND_PIECEWISE'}
-    assert '--tokenizer-mode' not in argv
+    assert flag(argv, '--tokenizer-mode') == 'deepseek_v4'
     assert '--enable-flashinfer-autotune' not in argv
     # Where seed 000 says nothing different, both kinds agree (same builder, same flags).
-    same = [a for a in head() if a not in ('--tokenizer-mode', 'deepseek_v4', '--moe-backend', 'flashinfer_b12x',
-                                           '--enable-flashinfer-autotune', '6', '36')]
+    same = [a for a in head() if a not in ('--moe-backend', 'flashinfer_b12x', '--enable-flashinfer-autotune', '6', '36')]
     assert [a for a in argv if a in same] == same
 
 
@@ -131,9 +131,10 @@ def test_arch_and_compile_knobs_per_kind():
     for key, value in [('TORCH_CUDA_ARCH_LIST', '12.1a'), ('FLASHINFER_CUDA_ARCH_LIST', '12.1a'), ('CUTE_DSL_ARCH', 'sm_121a'),
                        ('VLLM_USE_B12X_MOE', '1')]:
         assert container[key] == value
-    assert venv['TORCH_CUDA_ARCH_LIST'] == '12.1a' and venv['VLLM_MXFP4_USE_MARLIN'] == '1'
+    assert venv['TORCH_CUDA_ARCH_LIST'] == '12.1a'
     assert 'VLLM_USE_B12X_MOE' not in venv and 'CUTE_DSL_ARCH' not in venv
-    assert 'VLLM_MXFP4_USE_MARLIN' not in container
+    # vLLM #44992 removed VLLM_MXFP4_USE_MARLIN before 0.27 (the port's base): the venv's Marlin is --moe-backend marlin.
+    assert 'VLLM_MXFP4_USE_MARLIN' not in container and 'VLLM_MXFP4_USE_MARLIN' not in venv
     # Each value carries the source of its value in a comment.
     src = (REPO / 'plugins' / 'module_utils' / 'vllm_cmd.py').read_text().splitlines()
     for kind, pairs in KIND_ENV.items():
@@ -596,3 +597,31 @@ def test_an_open_api_beyond_loopback_names_the_key_and_the_opt_out(knobs):
     for word in ('runtime_vllm_host is', 'not loopback', 'runtime_vllm_api_key is empty', 'runtime_vllm_open_api_ok: true',
                  '/metrics', '/tokenize'):
         assert word in problems[0], problems
+
+
+# ---------------------------------------------------------------------------- the node's own JIT caches
+
+@pytest.mark.parametrize('kind', ['container', 'venv'])
+def test_cache_env_under_the_nodes_cache_dir(kind):
+    """VLLM_CACHE_ROOT, FLASHINFER_WORKSPACE_BASE, TILELANG_CACHE_DIR, TRITON_CACHE_DIR under runtime_cache_dir, both kinds;
+    TMPDIR only for the venv (the container binds the same tmp subdirectory on /tmp, as the recipe's compose)."""
+    env = serve_env({}, kind, cache_dir='/var/lib/dgxspark/vllm-cache/')
+    assert {k: env[k] for k in CACHE_ENV_KEYS if k in env} == dict(
+        [('VLLM_CACHE_ROOT', '/var/lib/dgxspark/vllm-cache/vllm'), ('FLASHINFER_WORKSPACE_BASE', '/var/lib/dgxspark/vllm-cache/flashinfer'),
+         ('TILELANG_CACHE_DIR', '/var/lib/dgxspark/vllm-cache/tilelang'), ('TRITON_CACHE_DIR', '/var/lib/dgxspark/vllm-cache/triton')]
+        + ([('TMPDIR', '/var/lib/dgxspark/vllm-cache/tmp')] if kind == 'venv' else []))
+    assert not any(k in serve_env({}, kind) for k in CACHE_ENV_KEYS)   # no cache_dir: none of them
+
+
+@pytest.mark.parametrize('bad', ['relative/path', '', '/', '/a/../b', '/with space', '/a:b', 5])
+def test_cache_dir_must_be_a_plain_absolute_path(bad):
+    with pytest.raises(VllmConfigError) as err:
+        serve_env({}, 'venv', cache_dir=bad)
+    assert str(err.value).startswith('runtime_cache_dir is ')
+
+
+@pytest.mark.parametrize('key', CACHE_ENV_KEYS)
+def test_env_knob_may_not_move_a_cache(key):
+    with pytest.raises(VllmConfigError) as err:
+        serve_env({'runtime_vllm_env': {key: '/shared/nfs/cache'}}, 'venv', cache_dir='/var/lib/dgxspark/vllm-cache')
+    assert 'expected the JIT cache paths only from runtime_cache_dir' in str(err.value)

@@ -203,6 +203,32 @@ def test_the_directory_tasks_never_follow_a_link():
                     and t["ansible.builtin.file"].get("state") == "directory"], name
 
 
+USER_TREES = ("checkpoint_home", "checkpoint_cache_dir", "__checkpoint_repo_dir", "__checkpoint_ssh_dir",
+              "__checkpoint_hf_home")
+
+
+def _all_tasks(tasks):
+    for task in tasks or []:
+        yield task
+        for key in ("block", "rescue", "always"):
+            yield from _all_tasks(task.get(key))
+
+
+def test_no_checkpoint_task_makes_a_directory_by_path_under_the_users_tree():
+    """Issue 24, finding 3: sync_daemon.yml made the repo folder with ``file state=directory owner=<user>``, which
+    follows a link the user swapped in after the verify and hands its target to the user. Every task file of the
+    role: a directory is made only through safe_directories."""
+    for name in sorted(os.listdir(os.path.join(ROLE, "tasks"))):
+        by_path = [t.get("name") for t in _all_tasks(_tasks(name)) if "ansible.builtin.file" in t
+                   and t["ansible.builtin.file"].get("state") == "directory"
+                   and ("checkpoint_user" in str(t["ansible.builtin.file"].get("owner"))
+                        or any(v in t["ansible.builtin.file"]["path"] for v in USER_TREES))]
+        assert by_path == [], "%s: %s" % (name, by_path)
+    found = [t for t in _all_tasks(_tasks("sync_daemon.yml")) if "dgxspark.cluster.safe_directories" in t]
+    paths = [d["path"] for t in found for d in t["dgxspark.cluster.safe_directories"]["directories"]]
+    assert "{{ __checkpoint_repo_dir }}" in paths
+
+
 def test_the_stray_blob_removal_runs_as_the_checkpoint_user():
     found = [t for t in _tasks("sync_round.yml") if "stray" in t.get("name", "")]
     argv = found[0]["ansible.builtin.command"]["argv"]

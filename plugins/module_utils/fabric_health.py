@@ -8,9 +8,10 @@ Why node to node: an RDMA loopback (destination GID = source GID) never reaches
 the port's physical link, so the stale initialisation of a QSFP cabled while the
 node ran (~13 Gb/s instead of ~98 per PCIe twin) can stay invisible to it. NVIDIA
 measures node to node (dgx-spark-playbooks PR #108, check-connectx-bandwidth: a
-server on one node, ``ib_write_bw ... --report_gbits`` against it from the other,
-after ethtool Speed 200000Mb/s and PCIe 32.0 GT/s x4), and one figure cannot tell
-which end is at fault: hence the reboot order below.
+server on one node, ``ib_write_bw ... -F --report_gbits -q 4 -D 5`` against it
+from the other, after ethtool Speed 200000Mb/s and PCIe 32.0 GT/s x4; the 80 Gb/s
+threshold is of that 4-queue-pair run), and one figure cannot tell which end is at
+fault: hence the reboot order below. Each figure names its queue pairs.
 
 sysfs of the twin's PCI function (``/sys/class/net/<netdev>/device/``)::
 
@@ -107,11 +108,12 @@ def _label(measure):
 def bandwidth_verdict(results, healthy_gbps, head, workers, rebooted=(), reboot_ok=False):
     """What to do after one round of measurements.
 
-    ``results``: the plan's items with ``gbps`` (None when the measurement failed, with ``error``).
+    ``results``: the plan's items with ``gbps`` (None when the measurement failed, with ``error``) and
+    ``qps`` (the queue pairs perftest reported, when known).
     ``rebooted``: nodes already rebooted for this fault (their boot is the one a throttle reboot started).
 
     Returns ``{"action": "ok" | "reboot" | "reboot_needed" | "operator" | "error", "reboot": host or None,
-    "slow": [labels], "report": "rail 0 (enp1s0f1np1) a -> b 13.1 Gb/s, ...", "msg": text}``.
+    "slow": [labels], "report": "rail 0 (enp1s0f1np1) a -> b 13.10 Gb/s (4 QPs), ...", "msg": text}``.
 
     Order: a node whose every link is slow first (with N nodes that names the throttled one), then the
     node with the most slow links, then workers in inventory order before the head (one figure cannot
@@ -119,7 +121,8 @@ def bandwidth_verdict(results, healthy_gbps, head, workers, rebooted=(), reboot_
     chosen twice for the same fault: with every slow node rebooted once, the answer is "operator".
     """
     nodes = [head] + [w for w in workers if w != head]
-    report = ", ".join("%s %s Gb/s" % (_label(r), "failed" if r.get("gbps") is None else "%.2f" % r["gbps"])
+    report = ", ".join("%s %s Gb/s%s" % (_label(r), "failed" if r.get("gbps") is None else "%.2f" % r["gbps"],
+                                         " (%d QPs)" % r["qps"] if r.get("qps") else "")
                        for r in results)
     slow = [r for r in results if r.get("gbps") is None or r["gbps"] < healthy_gbps]
     verdict = {"action": "ok", "reboot": None, "slow": [_label(r) for r in slow], "report": report, "msg": ""}

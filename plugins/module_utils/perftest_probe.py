@@ -114,11 +114,12 @@ def _read(handle):
 class Probe:
     """One ib_write_bw measurement. ``run()`` returns the result dict or raises ProbeError."""
 
-    def __init__(self, binary, device, gid_index, address, ib_port=1, tcp_port=18515, duration=2, size=65536,
-                 timeout=30, loopback=False, env=None):
+    def __init__(self, binary, device, gid_index, address, ib_port=1, tcp_port=18515, duration=5, size=65536,
+                 timeout=30, loopback=False, env=None, qps=4):
         self.where = 'device %s port %d GID index %d against %s' % (device, ib_port, gid_index, address)
+        # NVIDIA's check: ib_write_bw ... -F --report_gbits -q 4 -D 5 (the 80 Gb/s threshold is of that run)
         self.server_cmd = [binary, '-d', device, '-i', str(ib_port), '-x', str(gid_index), '-p', str(tcp_port),
-                           '-D', str(duration), '-s', str(size), '-F', '--report_gbits']
+                           '-q', str(qps), '-D', str(duration), '-s', str(size), '-F', '--report_gbits']
         self.cmd = self.server_cmd + [address]
         self.tcp_port = tcp_port
         self.timeout = timeout

@@ -13,19 +13,24 @@ module: ib_write_bw
 short_description: Measure the RDMA write bandwidth of one fabric rail with perftest's ib_write_bw
 version_added: 0.1.0
 description:
-  - Runs C(ib_write_bw) (perftest) on one RDMA device and GID index for O(duration) seconds with
-    C(--report_gbits) and returns the average bandwidth in Gb/s.
+  - Runs C(ib_write_bw) (perftest) on one RDMA device and GID index with O(qps) queue pairs for O(duration)
+    seconds with C(-F --report_gbits) and returns the average bandwidth in Gb/s, summed over the queue pairs
+    (perftest prints one row for all of them).
+  - The defaults are NVIDIA's check of a DGX Spark rail, C(ib_write_bw ... -F --report_gbits -q 4 -D 5); a
+    threshold such as the nic role's 80 Gb/s belongs to that 4-QP run.
   - When O(address) is one of this host's own IPv4 addresses the test is a B(loopback) test; the module starts
     the C(ib_write_bw) server itself in the background, then runs the client against O(address), both on this
     node and on the same device, so the traffic leaves through the ConnectX-7 port and comes back. The result
     depends on this node's link only. This is how the nic role attributes a throttled link (a stale-initialised
     rail moves about 13 Gb/s instead of about 98) to a node rather than to the pair.
   - Otherwise only the client runs, against an C(ib_write_bw) server that must already be running on the peer
-    with the same O(tcp_port) (for example C(ib_write_bw -d <dev> -x <index> -p 18515 -D 2 -F --report_gbits)).
+    with the same O(tcp_port) and O(qps) (for example
+    C(ib_write_bw -d <dev> -x <index> -p 18515 -q 4 -D 5 -F --report_gbits)).
     The result is then the slower of the two ends.
   - Fails with a message naming the device and the address when C(ib_write_bw) is not installed, exits non-zero
-    (unknown device, port down, unusable GID index, no server), prints output that does not parse, or does not
-    finish within O(timeout) seconds (both processes are then killed).
+    (unknown device, port down, unusable GID index, no server), prints output that does not parse or reports
+    another number of queue pairs than O(qps), or does not finish within O(timeout) seconds (both processes are
+    then killed).
   - The probe only reads; it changes nothing on the host and runs in check mode too.
 author:
   - dgxspark.cluster maintainers (!UNKNOWN)
@@ -72,7 +77,14 @@ options:
   duration:
     description: Seconds the test runs (C(-D)). BW peak is not measured in this mode (perftest reports 0.00).
     type: int
-    default: 2
+    default: 5
+  qps:
+    description:
+      - Queue pairs (C(-q)); the server on the peer must use the same number (perftest marks C(-q) SYMMETRIC).
+      - NVIDIA's check uses 4; a single queue pair is not what a Gb/s threshold taken from that check was measured
+        with.
+    type: int
+    default: 4
   size:
     description: Message size in bytes (C(-s)).
     type: int
@@ -110,7 +122,8 @@ EXAMPLES = r"""
   dgxspark.cluster.ib_write_bw:
     device: rocep1s0f1
     gid_index: 3
-    address: 192.168.100.2          # the peer, running: ib_write_bw -d rocep1s0f1 -x 3 -D 2 -F --report_gbits
+    address: 192.168.100.2          # the peer, running: ib_write_bw -d rocep1s0f1 -x 3 -q 4 -D 5 -F --report_gbits
+    qps: 4
     duration: 5
 """
 
@@ -130,8 +143,13 @@ msg_rate_mpps:
   returned: success
   type: float
   sample: 0.186792
+qps:
+  description: Queue pairs of the run, as perftest reports them (C(Number of qps)).
+  returned: success
+  type: int
+  sample: 4
 iterations:
-  description: Messages counted by perftest.
+  description: Messages counted by perftest (all queue pairs).
   returned: success
   type: int
   sample: 373584
@@ -145,8 +163,8 @@ cmd:
   returned: always
   type: list
   elements: str
-  sample: [/usr/bin/ib_write_bw, -d, rocep1s0f1, -i, "1", -x, "3", -p, "18515", -D, "2", -s, "65536", -F,
-           --report_gbits, 192.168.100.1]
+  sample: [/usr/bin/ib_write_bw, -d, rocep1s0f1, -i, "1", -x, "3", -p, "18515", -q, "4", -D, "5", -s, "65536",
+           -F, --report_gbits, 192.168.100.1]
 stdout:
   description: Raw output of the client.
   returned: when the client ran
@@ -200,7 +218,8 @@ def main():
             loopback=dict(type='bool'),
             ib_port=dict(type='int', default=1),
             tcp_port=dict(type='int', default=18515),
-            duration=dict(type='int', default=2),
+            duration=dict(type='int', default=5),
+            qps=dict(type='int', default=4),
             size=dict(type='int', default=65536),
             timeout=dict(type='int', default=30),
         ),
@@ -211,7 +230,7 @@ def main():
     params['address'] = address
     if not re.match(r'^\d{1,3}(\.\d{1,3}){3}$', address) or any(int(part) > 255 for part in address.split('.')):
         module.fail_json(msg='address %r is not an IPv4 address (device %s)' % (address, params['device']))
-    for name in ('duration', 'size', 'timeout', 'tcp_port', 'ib_port'):
+    for name in ('duration', 'size', 'timeout', 'tcp_port', 'ib_port', 'qps'):
         if params[name] <= 0:
             module.fail_json(msg='%s must be positive, got %d (device %s, address %s)'
                                  % (name, params[name], params['device'], address))
@@ -232,7 +251,7 @@ def main():
 
     probe = Probe(binary, params['device'], params['gid_index'], address, ib_port=params['ib_port'],
                   tcp_port=params['tcp_port'], duration=params['duration'], size=params['size'],
-                  timeout=params['timeout'], loopback=loopback)
+                  timeout=params['timeout'], loopback=loopback, qps=params['qps'])
     try:
         result = probe.run()
     except ProbeError as exc:
@@ -254,7 +273,11 @@ def main():
     except ValueError as exc:
         module.fail_json(msg='ib_write_bw output on %s (%s) does not parse: %s' % (probe.where, mode, exc), **result)
 
+    if parsed.get('qps') is not None and parsed['qps'] != params['qps']:
+        module.fail_json(msg='ib_write_bw on %s (%s) reports %d queue pairs, asked for %d: the figure is not comparable'
+                             % (probe.where, mode, parsed['qps'], params['qps']), **result)
     result.update(
+        qps=parsed.get('qps'),
         bw_gbps=round(parsed['gbps_average'], 2),
         bw_peak_gbps=round(parsed['gbps_peak'], 2),
         msg_rate_mpps=parsed['msg_rate'],

@@ -72,7 +72,9 @@ def test_rails_are_healthy_again(host, nic_measurement):
     assert nic_measurement.returncode == 0, nic_measurement.stdout[-3000:]
     me = host.backend.get_hostname()
     flat = " ".join(nic_measurement.stdout.split())          # the report is wrapped at the terminal width
-    figures = re.findall(r"rail (\d) \((\S+)\) (\S+) -> (\S+) (\d+\.\d+) Gb/s", flat)
+    figures = re.findall(r"rail (\d) \((\S+)\) (\S+) -> (\S+) (\d+\.\d+) Gb/s \((\d+) QPs\)", flat)
     mine = [f for f in figures if me in (f[2], f[3])]
     assert {(f[0], f[2] == me) for f in mine} == {("0", True), ("0", False), ("1", True), ("1", False)}, figures
     assert min(float(f[4]) for f in mine) >= 80.0, figures
+    # measured as NVIDIA's check does (-q 4): perftest's own "Number of qps" of each run, not the role's argv
+    assert {f[5] for f in mine} == {"4"}, figures

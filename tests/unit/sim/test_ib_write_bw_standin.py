@@ -262,6 +262,24 @@ def test_four_qps_like_the_spark_capture(tmp_path, healthy):
     assert (parsed["qps"], parsed["iterations"]) == (4, 20000)
 
 
+@pytest.mark.parametrize("end, low, high", [("healthy", 80.0, 99.0), ("throttled", 8.0, 25.0)])
+def test_nvidias_check_four_qps_five_seconds(tmp_path, nodes, end, low, high):
+    """NVIDIA's check: ``ib_write_bw ... -F --report_gbits -q 4 -D 5``; perftest prints one row for all the QPs
+    (print_report_bw), no peak in duration mode, an iteration count over the whole window of every QP."""
+    args = ["-d", "rocep1s0f1", "-x", "3", "-F", "--report_gbits", "-q", "4", "-D", "5"]
+    server, client = pair(tmp_path, nodes[end], nodes["healthy"], args, args)
+    assert (client.returncode, server.returncode) == (0, 0), client.stderr
+    assert client.stdout.count(" local address:") == 4 and client.stdout.count(" remote address:") == 4
+    assert " Number of qps   : 4\t\tTransport type : IB\n" in client.stdout
+    rows = [line for line in client.stdout.splitlines() if line.startswith(" 65536 ")]
+    assert len(rows) == 1, client.stdout
+    parsed = parse_ib_write_bw(client.stdout)
+    assert parsed["qps"] == 4 and parsed["bw_peak"] == 0.0
+    assert low <= parsed["gbps_average"] <= high
+    # margin = 5/4 = 1 -> a 3 s window
+    assert parsed["iterations"] == pytest.approx(parsed["msg_rate"] * 1e6 * 3, rel=1e-4)
+
+
 def test_all_sizes(tmp_path, healthy):
     args = ["-d", "rocep1s0f1", "-x", "3", "-a", "--report_gbits"]
     server, client = pair(tmp_path, healthy, healthy, args, args)

@@ -51,6 +51,13 @@ def test_healthy_pair():
     assert verdict["action"] == "ok" and verdict["slow"] == [] and "98.00 Gb/s" in verdict["report"]
 
 
+def test_the_report_names_the_queue_pairs_of_each_figure():
+    """The threshold is of NVIDIA's 4-QP check: the report says what each figure was measured with."""
+    results = [dict(r, qps=4) for r in measured(PAIR, [])]
+    verdict = bandwidth_verdict(results, 80, H, [W])
+    assert "rail 0 (enp1s0f1np1) %s -> %s 98.00 Gb/s (4 QPs)" % (W, H) in verdict["report"], verdict["report"]
+
+
 def test_pair_not_allowed_names_rails_figures_and_both_ways_out():
     verdict = bandwidth_verdict(measured(PAIR, [W]), 80, H, [W], reboot_ok=False)
     assert verdict["action"] == "reboot_needed" and verdict["reboot"] == W

@@ -117,7 +117,8 @@ def test_loopback_healthy(sim, check_mode):
     assert 97.5 <= result['bw_gbps'] <= 98.5
     assert result['bw_peak_gbps'] == 0.0                      # -D: perftest does not measure the peak
     assert result['cmd'][1:] == ['-d', 'rocep1s0f1', '-i', '1', '-x', '3', '-p', str(module_args['tcp_port']),
-                                 '-D', '1', '-s', '65536', '-F', '--report_gbits', '127.0.0.1']
+                                 '-q', '4', '-D', '1', '-s', '65536', '-F', '--report_gbits', '127.0.0.1']
+    assert result['qps'] == result['perftest']['qps'] == 4
     assert result['server_cmd'] == result['cmd'][:-1]
     assert 'Waiting for client to connect' in result['server_stdout']
     assert result['server_rc'] == 0
@@ -140,7 +141,7 @@ def test_client_only_against_a_peer_server(sim, nodes, tmp_path):
     port = free_port()
     environ = dict(os.environ, **nodes['throttled'])
     log = open(str(tmp_path / 'server.out'), 'w')
-    server = subprocess.Popen([str(TOOL), '-d', 'rocep1s0f1', '-x', '3', '-p', str(port), '-D', '1', '-F',
+    server = subprocess.Popen([str(TOOL), '-d', 'rocep1s0f1', '-x', '3', '-p', str(port), '-q', '4', '-D', '1', '-F',
                                '--report_gbits'], env=environ, stdout=log, stderr=subprocess.STDOUT)
     try:
         result = run_module(args(tcp_port=port, loopback=False))
@@ -260,6 +261,7 @@ def test_loopback_server_that_dies(tmp_path, monkeypatch):
     (dict(address='192.168.100.300'), 'is not an IPv4 address'),
     (dict(duration=0), 'duration must be positive'),
     (dict(gid_index=-1), 'gid_index must be 0 or more'),
+    (dict(qps=0), 'qps must be positive'),
 ])
 def test_bad_arguments(overrides, fragment):
     result = run_module(args(**overrides))
@@ -281,5 +283,44 @@ def test_documentation_is_yaml():
     for block in (ib_write_bw.DOCUMENTATION, ib_write_bw.EXAMPLES, ib_write_bw.RETURN):
         assert yaml.safe_load(block)
     options = yaml.safe_load(ib_write_bw.DOCUMENTATION)['options']
-    assert sorted(options) == ['address', 'device', 'duration', 'gid_index', 'ib_port', 'loopback', 'size',
+    assert sorted(options) == ['address', 'device', 'duration', 'gid_index', 'ib_port', 'loopback', 'qps', 'size',
                                'tcp_port', 'timeout']
+
+
+def test_the_defaults_are_nvidias_check():
+    """NVIDIA's check runs ``ib_write_bw ... -F --report_gbits -q 4 -D 5``; the 80 Gb/s threshold is of that run.
+
+    Fails on the old module, which measured with perftest's default of one queue pair for 2 s."""
+    probe = perftest_probe.Probe('/usr/bin/ib_write_bw', 'rocep1s0f1', 3, '192.168.100.2')
+    assert probe.cmd == ['/usr/bin/ib_write_bw', '-d', 'rocep1s0f1', '-i', '1', '-x', '3', '-p', '18515', '-q', '4',
+                         '-D', '5', '-s', '65536', '-F', '--report_gbits', '192.168.100.2']
+    import yaml
+    options = yaml.safe_load(ib_write_bw.DOCUMENTATION)['options']
+    assert (options['qps']['default'], options['duration']['default']) == (4, 5)
+
+
+# The one-QP client report of NVIDIA's DGX Spark capture (dgx-spark-playbooks connect-two-sparks
+# performance_benchmarking_guide.md, "Client-1 Output"; address lines left out)
+ONE_QP_REPORT = """\
+---------------------------------------------------------------------------------------
+                    RDMA_Write BW Test
+ Dual-port       : OFF\t\tDevice         : rocep1s0f1
+ Number of qps   : 1\t\tTransport type : IB
+ Connection type : RC\t\tUsing SRQ      : OFF
+ TX depth        : 128
+ CQ Moderation   : 1
+ Mtu             : 1024[B]
+ Link type       : Ethernet
+ GID index       : 3
+---------------------------------------------------------------------------------------
+ #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]
+ 65536      882805           0.00               92.57                0.176554
+---------------------------------------------------------------------------------------
+"""
+
+
+def test_a_report_with_other_queue_pairs_fails(tmp_path, monkeypatch):
+    """A binary that ignores -q (or a server of another count) gives a figure of another run: refused."""
+    fake_tool(tmp_path, monkeypatch, "%s <<'EOF'\n%sEOF\n" % (shutil.which('cat'), ONE_QP_REPORT))
+    result = run_module(args(address='192.168.100.2', loopback=False))
+    assert result['failed'] and 'reports 1 queue pairs, asked for 4' in result['msg'], result

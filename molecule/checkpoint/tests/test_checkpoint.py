@@ -16,6 +16,7 @@ REV = "9e165c30e2704aec5d9d593cce3eebd58bbef1cb"
 CACHE = "/var/lib/dgxspark/huggingface/hub"
 REPO_DIR = CACHE + "/models--deepseek-ai--DeepSeek-V4-Flash-0731"
 HOME = "/var/lib/dgxspark/checkpoint"
+STATE = "/var/lib/dgxspark/checkpoint-state"   # checkpoint_state_dir: root's, outside the user's home
 
 with open(os.path.join(SCENARIO, "inventory", "hosts.yml"), encoding="utf-8") as _handle:
     _INV = yaml.safe_load(_handle)["all"]["children"]["spark"]["children"]
@@ -106,7 +107,7 @@ def test_worker_authorizes_the_head_only_from_its_fabric_address(host):
     if host.backend.get_hostname() != "spark-worker":
         return
     keys = host.file(HOME + "/.ssh/authorized_keys")
-    assert keys.mode == 0o600
+    assert keys.mode == 0o600 and keys.user == "dgxspark-ckpt"   # written as that user, in its own .ssh
     line = keys.content_string.strip()
     assert line.startswith('from="%s",restrict,command="/usr/bin/rrsync -wo -no-del -no-lock %s" ssh-ed25519 '
                            % (HEAD_FABRIC, CACHE))
@@ -115,14 +116,16 @@ def test_worker_authorizes_the_head_only_from_its_fabric_address(host):
 def test_head_pins_the_worker_host_key_under_its_fabric_address(host):
     if host.backend.get_hostname() != "spark-head":
         return
-    known = host.file(HOME + "/.ssh/known_hosts_transfer").content_string.split("\n")
+    known_file = host.file(STATE + "/known_hosts_transfer")
+    assert (known_file.user, known_file.mode) == ("root", 0o644)
+    known = known_file.content_string.split("\n")
     assert any(line.startswith(WORKER_FABRIC + " ssh-ed25519 ") for line in known)
     assert host.file(HOME + "/.ssh/id_ed25519_transfer").mode == 0o600
 
 
 def test_no_token_file_no_daemon_left(host):
     """The scenario sets checkpoint_hf_token (the hub stand-in requires it): after every run the file is gone."""
-    assert not host.file(HOME + "/hf-home/token").exists
+    assert not host.file(STATE + "/token").exists
     assert not host.file("/run/dgxspark-checkpoint").exists
     assert host.run("systemctl is-active dgxspark-checkpoint-rsyncd.service").stdout.strip() != "active"
     # '[f]' keeps the pattern from matching the shell that runs pgrep (its command line holds the pattern)
@@ -157,7 +160,21 @@ def test_an_offline_start_resolves_main_from_the_cache(host):
 def test_the_stored_manifest_lists_the_pinned_revision(host):
     if host.backend.get_hostname() != "spark-head":
         return
-    path = "%s/manifests/models--deepseek-ai--DeepSeek-V4-Flash-0731@%s.json" % (HOME, REV)
+    path = "%s/manifests/models--deepseek-ai--DeepSeek-V4-Flash-0731@%s.json" % (STATE, REV)
     manifest = json.loads(host.file(path).content_string)
     assert manifest["revision"] == REV and manifest["last_modified"].startswith("2026-08-01")
     assert len([f for f in manifest["files"] if f.endswith(".safetensors")]) == 12
+
+
+def test_root_writes_nothing_by_path_in_the_checkpoint_users_home(host):
+    """Issue 24, findings 1 and 2: the manifests, the helper, hf's logs and the known hosts live in the root-owned
+    state directory (no directory on the way the checkpoint user can write); its home holds only its own files."""
+    if host.backend.get_hostname() != "spark-head":
+        return
+    for path in (STATE, STATE + "/bin", STATE + "/manifests"):
+        d = host.file(path)
+        assert d.is_directory and d.user == "root" and not d.mode & 0o022, path
+    for name in ("download.log", "download-progress.log"):
+        assert host.file(STATE + "/" + name).exists, name
+    home = host.run("find %s -xdev ! -user dgxspark-ckpt -printf '%%P %%u\\n'" % HOME).stdout.split("\n")
+    assert [line for line in home if line.strip()] == [], home

@@ -196,7 +196,7 @@ def _tasks(name):
 def test_the_directory_tasks_never_follow_a_link():
     """Both go through safe_directories (fd-based, no check-then-act: tests/unit/plugins/module_utils/test_safe_dirs.py)."""
     for name, task, dirs in (("setup.yml", "Create the directories", "__checkpoint_dirs"),
-                             ("head.yml", "Create the manifest and HF_HOME directories", "__checkpoint_head_dirs")):
+                             ("head.yml", "Create the state directory", "__checkpoint_head_dirs")):
         found = [t for t in _tasks(name) if t.get("name", "").startswith(task)]
         assert found and dirs in found[0]["dgxspark.cluster.safe_directories"]["directories"], (name, task)
         assert not [t for t in _tasks(name) if "ansible.builtin.file" in t
@@ -227,6 +227,43 @@ def test_no_checkpoint_task_makes_a_directory_by_path_under_the_users_tree():
     found = [t for t in _all_tasks(_tasks("sync_daemon.yml")) if "dgxspark.cluster.safe_directories" in t]
     paths = [d["path"] for t in found for d in t["dgxspark.cluster.safe_directories"]["directories"]]
     assert "{{ __checkpoint_repo_dir }}" in paths
+
+
+ROOT_PATH_MODULES = ("ansible.builtin.copy", "ansible.builtin.template", "ansible.builtin.slurp", "ansible.builtin.file",
+                     "ansible.builtin.lineinfile", "ansible.builtin.fetch")
+
+
+def _resolve(text, variables, depth=0):
+    """Expand the role's own ``{{ __checkpoint_* }}`` path variables (one level of Jinja, enough for vars/main.yml)."""
+    for name, value in variables.items():
+        if isinstance(value, str) and "{{ %s }}" % name in text and depth < 5:
+            text = _resolve(text.replace("{{ %s }}" % name, value), variables, depth + 1)
+    return text
+
+
+def test_root_opens_no_path_below_the_checkpoint_users_home_or_cache():
+    """Issue 24, findings 1 and 2: root copied authorized_keys, known_hosts, the token, the manifest, the helper and
+    the CA bundle into checkpoint_home, slurped the .pub key from its .ssh, and had systemd and the download module
+    open hf's logs there, all by path. Now every file root writes by path lives in checkpoint_state_dir (root's),
+    and what only the user relies on (its .ssh) is read and written as that user."""
+    with open(os.path.join(ROLE, "vars", "main.yml"), encoding="utf-8") as handle:
+        variables = yaml.safe_load(handle)
+    for name in ("__checkpoint_manifest_path", "__checkpoint_helper", "__checkpoint_known_hosts", "__checkpoint_token_file",
+                 "__checkpoint_ca_file", "__checkpoint_download_log", "__checkpoint_progress_log"):
+        assert variables[name].startswith("{{ checkpoint_state_dir }}/"), (name, variables[name])
+    found = []
+    for name in sorted(os.listdir(os.path.join(ROLE, "tasks"))):
+        for task in _all_tasks(_tasks(name)):
+            for module in ROOT_PATH_MODULES:
+                args = task.get(module)
+                if not isinstance(args, dict) or task.get("become_user"):
+                    continue
+                if module == "ansible.builtin.file" and args.get("state") == "directory":
+                    continue  # directories: the test above (safe_directories only, in the user's tree)
+                path = _resolve(str(args.get("dest") or args.get("path") or args.get("src") or ""), variables)
+                if any(v in path for v in ("checkpoint_home", "checkpoint_cache_dir")):
+                    found.append("%s: %s -> %s" % (name, task.get("name"), path))
+    assert found == []
 
 
 def test_the_stray_blob_removal_runs_as_the_checkpoint_user():

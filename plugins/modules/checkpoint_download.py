@@ -113,9 +113,9 @@ EXAMPLES = r"""
     argv: [/opt/dgxspark/hf-tools/bin/hf, download, deepseek-ai/DeepSeek-V4-Flash-0731, --revision,
            9e165c30e2704aec5d9d593cce3eebd58bbef1cb, --cache-dir, /var/lib/dgxspark/huggingface/hub]
     user: dgxspark-ckpt
-    environment: {HF_TOKEN_PATH: /var/lib/dgxspark/checkpoint/hf-home/token}
-    log: /var/lib/dgxspark/checkpoint/download.log
-    progress_log: /var/lib/dgxspark/checkpoint/download-progress.log
+    environment: {HF_TOKEN_PATH: /var/lib/dgxspark/checkpoint-state/token}
+    log: /var/lib/dgxspark/checkpoint-state/download.log
+    progress_log: /var/lib/dgxspark/checkpoint-state/download-progress.log
 
 - name: Wait with a progress line per poll (one bounded loop)
   dgxspark.cluster.checkpoint_download:
@@ -126,7 +126,7 @@ EXAMPLES = r"""
     poll: 30
     wait: 30
     samples: "{{ waited.samples | default([]) }}"
-    progress_log: /var/lib/dgxspark/checkpoint/download-progress.log
+    progress_log: /var/lib/dgxspark/checkpoint-state/download-progress.log
   loop: "{{ range(962) | list }}"
   loop_control:
     label: "{{ waited.msg | default('') }}"

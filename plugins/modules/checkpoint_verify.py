@@ -169,7 +169,7 @@ bytes:
   type: int
   returned: always
 hashed_bytes:
-  description: Bytes re-hashed (O(full_hash)).
+  description: Bytes re-hashed (the small files always, the shards with O(full_hash)).
   type: int
   returned: always
 ref_written:

@@ -5,7 +5,7 @@
 
 The parsers live in plugins/module_utils/nvidia_stack.py; each filter is
 documented in its own sidecar file (driver_state.yml, proc_driver_version.yml,
-nvcc_release.yml, apt_simulation.yml, module_builds.yml).
+nvcc_release.yml, apt_simulation.yml, module_builds.yml, driver_target.yml).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -15,6 +15,7 @@ __metaclass__ = type
 from ansible_collections.dgxspark.cluster.plugins.module_utils.nvidia_stack import (
     apt_simulation,
     driver_state,
+    driver_target,
     module_builds,
     nvcc_release,
     proc_driver_version,
@@ -31,4 +32,5 @@ class FilterModule(object):
             "nvcc_release": nvcc_release,
             "apt_simulation": apt_simulation,
             "module_builds": module_builds,
+            "driver_target": driver_target,
         }

@@ -2,11 +2,14 @@
 idempotence and the side effects (dist-upgrade with a kernel flavour update and
 a reboot into it, a downgraded worker, a worker on the 590 branch, both
 converged back with driver_enforce; NVIDIA's repo added on the worker by the
-cuda role). spark-head and spark-worker are stock DGX OS nodes (precompiled
-modules), spark-dkms a Spark reinstalled with plain Ubuntu (DKMS).
+cuda role). spark-head, spark-worker and spark-bare are stock DGX OS nodes
+(precompiled modules; the worker installed from Ubuntu's archive form, versions
+580.x-0ubuntu0.24.04.1, the others from NVIDIA's, 580.x-1ubuntu1), spark-dkms a
+Spark reinstalled with plain Ubuntu (DKMS).
 
-Expected values are the roles' defaults: driver 580.173.02, CUDA 13.0 as the
-system default, 13.3 for the runtime.
+Expected values: driver 580.173.02 (what the head shipped with; the default
+driver_version "580" keeps it and installs it where no driver was), CUDA 13.0 as
+the system default, 13.3 for the runtime.
 
 Molecule's `check` step is not in this scenario's test sequence (it asserts nothing): check mode
 is asserted once, site-wide, in the default scenario's verify (test_check_mode.py).
@@ -18,7 +21,6 @@ import re
 import pytest
 
 DRIVER = "580.173.02"
-DEB_VERSION = DRIVER + "-1ubuntu1"
 USERSPACE = ["nvidia-driver-580-open", "nvidia-kernel-common-580", "nvidia-utils-580",
              "libnvidia-compute-580", "libnvidia-common-580"]
 KERNEL = "6.17.0-1026-nvidia"   # the flavour update side effect 1 installed and booted
@@ -27,6 +29,11 @@ MODULES = ["linux-modules-nvidia-580-open-6.17.0-1014-nvidia", "linux-modules-nv
 
 def dkms(host):
     return host.backend.get_hostname() == "spark-dkms"
+
+
+def deb(host):
+    """The driver's Debian version in the node's repository form (the worker: Ubuntu's archive)."""
+    return DRIVER + ("-0ubuntu0.24.04.1" if host.backend.get_hostname() == "spark-worker" else "-1ubuntu1")
 
 
 def pins(host):
@@ -41,13 +48,13 @@ def installed(host):
 @pytest.mark.parametrize("name", USERSPACE)
 def test_driver_package_is_at_the_pin(host, name):
     assert host.package(name).is_installed
-    assert host.package(name).version == DEB_VERSION
+    assert host.package(name).version == deb(host)
 
 
 def test_kernel_side_of_the_profile(host):
     pkgs = installed(host)
     if dkms(host):
-        assert pkgs["nvidia-dkms-580-open"] == DEB_VERSION
+        assert pkgs["nvidia-dkms-580-open"] == deb(host)
         assert not [n for n in pkgs if n.startswith("linux-modules-nvidia-")]
         ko = host.file("/lib/modules/%s/updates/dkms/nvidia.ko" % KERNEL)
     else:
@@ -66,8 +73,8 @@ def test_modprobe_and_firmware_keep_their_own_versions(host):
     if not dkms(host):
         assert pkgs["nvidia-modprobe"] == "580.126.09-1ubuntu1"
         assert "nvidia-modprobe" not in held
-    if host.backend.get_hostname() != "spark-worker":   # shipped with the driver: its firmware at its own name
-        assert pkgs["nvidia-firmware-580-%s" % DRIVER] == DEB_VERSION
+    if host.backend.get_hostname() not in ("spark-worker", "spark-bare"):   # shipped with the driver: its firmware
+        assert pkgs["nvidia-firmware-580-%s" % DRIVER] == deb(host)
     assert not [n for n in held if n.startswith("nvidia-firmware-")]
 
 
@@ -75,7 +82,7 @@ def test_no_other_driver_version_is_installed(host):
     pkgs = installed(host)
     driver_like = {n: v for n, v in pkgs.items() if re.match(r"^\d{3}\.\d+", v)
                    and not re.match(r"^(nvidia-modprobe|nvidia-firmware-|nvidia-driver-pinning-)", n)}
-    assert set(driver_like.values()) == {DEB_VERSION}, driver_like
+    assert set(driver_like.values()) == {deb(host)}, driver_like
     assert not [n for n in pkgs if n in ("nvidia-driver-open", "libnvidia-compute", "nvidia-utils")]
 
 
@@ -88,13 +95,13 @@ def test_driver_packages_are_held(host):
 
 def test_apt_prefers_the_pinned_version(host):
     policy = host.check_output("apt-cache policy nvidia-utils-580 libnvidia-compute-580")
-    assert policy.count("Candidate: %s" % DEB_VERSION) == 2
-    assert re.search(r"^\s+(\*\*\* )?%s 1001$" % re.escape(DEB_VERSION), policy, re.M), policy
+    assert policy.count("Candidate: %s" % deb(host)) == 2
+    assert re.search(r"^\s+(\*\*\* )?%s 1001$" % re.escape(deb(host)), policy, re.M), policy
     assert re.search(r"^\s+580\.178\.04-1ubuntu1 (500|1000)$", policy, re.M), policy  # newer 580.x is there, not chosen
     pref = host.file("/etc/apt/preferences.d/dgxspark-nvidia-driver")
     assert pref.mode == 0o644
     assert "Package: %s\n" % " ".join(sorted(pins(host))) in pref.content_string
-    assert "Pin: version %s-*\n" % DRIVER in pref.content_string
+    assert "Pin: version %s\n" % deb(host) in pref.content_string   # the exact Debian version, not 580.173.02-*
     if not dkms(host):
         meta = host.check_output("apt-cache policy linux-modules-nvidia-580-open-nvidia-hwe-24.04")
         assert "Candidate: 6.17.0-1026.26+3" in meta, meta   # +4 (580.178.04's build) is newer, not chosen
@@ -129,9 +136,9 @@ def test_loaded_module_matches_the_installed_driver(host):
 
 def test_reboots_only_for_the_kernel_update_and_each_driver_change(host):
     state = json.loads(host.file("/var/lib/spark-sim/state.json").content_string)
-    # every node: the reboot into the new kernel (side effect 1); the worker also: install (converge),
-    # downgrade, enforce, 590, enforce = 6 reboots after its first boot
-    expected = 7 if host.backend.get_hostname() == "spark-worker" else 2
+    # every node: the reboot into the new kernel (side effect 1); spark-bare also the install (converge); the
+    # worker: install (converge), downgrade, enforce, 590, enforce = 6 reboots after its first boot
+    expected = {"spark-worker": 7, "spark-bare": 3}.get(host.backend.get_hostname(), 2)
     assert state["boot"]["count"] == expected
     assert state["kernel"]["release"] == KERNEL
 

@@ -142,3 +142,22 @@ def test_head_serves_the_model_with_the_key(host, expected):
                      "--served-model-name deepseek-v4-flash-0731 --max-model-len 1048576 "
                      "--secret-env-file /etc/dgxspark/vllm-secret.env")
     assert check.rc == 0, check.stdout
+    # both 1-token requests answered through the role's check: the completion and the chat completion
+    assert "a 1-token completion and a 1-token chat completion answered" in check.stdout, check.stdout
+
+
+def test_env_file_names_this_nodes_own_cache_paths(host):
+    """The venv kind: vllm.env names VLLM_CACHE_ROOT, FLASHINFER_WORKSPACE_BASE, TILELANG_CACHE_DIR, TRITON_CACHE_DIR and
+    TMPDIR under runtime_cache_dir (this node's, owned by the service user), and the unit has the recipe's stack limit."""
+    cache = VARS.get("runtime_cache_dir", "/var/lib/dgxspark/vllm-cache")
+    env = dict(line.split("=", 1) for line in host.file("/etc/dgxspark/vllm.env").content_string.splitlines()
+               if line and not line.startswith("#"))
+    want = {"VLLM_CACHE_ROOT": "vllm", "FLASHINFER_WORKSPACE_BASE": "flashinfer", "TILELANG_CACHE_DIR": "tilelang",
+            "TRITON_CACHE_DIR": "triton", "TMPDIR": "tmp"}
+    assert {key: env.get(key) for key in want} == {key: "%s/%s" % (cache, sub) for key, sub in want.items()}
+    for sub in want.values():
+        directory = host.file("%s/%s" % (cache, sub))
+        assert directory.is_directory and directory.user == "vllm" and directory.mode == 0o750
+    assert "LimitSTACK=67108864" in host.file("/etc/systemd/system/dgxspark-vllm.service").content_string.splitlines()
+    limits = host.check_output("cat /proc/%s/limits" % _main_pid(host))
+    assert re.search(r"^Max stack size\s+67108864\s+67108864\s+bytes", limits, re.M), limits

@@ -233,3 +233,22 @@ def test_image_transfer_server_is_gone_after_the_transfer(host, expected):
 def test_transfer_token_never_in_the_journal(host):
     found = host.run("journalctl --no-pager -o cat | grep -cE '%s'" % TOKEN_RE)
     assert found.stdout.strip() == "0", "the transfer token appears in %s's journal" % host.backend.get_hostname()
+
+
+def test_rank_keeps_this_nodes_caches_and_the_recipes_limits(host):
+    """The env file names the node's cache paths (no TMPDIR: /tmp itself is bound), the rank mounts the cache at the same
+    path and its tmp subdirectory on /tmp, and runs with the recipe's ulimits.stack (67108864)."""
+    cache = VARS.get("runtime_cache_dir", "/var/lib/dgxspark/vllm-cache")
+    env = dict(line.split("=", 1) for line in host.file("/etc/dgxspark/vllm.env").content_string.splitlines()
+               if line and not line.startswith("#"))
+    want = {"VLLM_CACHE_ROOT": "vllm", "FLASHINFER_WORKSPACE_BASE": "flashinfer", "TILELANG_CACHE_DIR": "tilelang",
+            "TRITON_CACHE_DIR": "triton"}
+    assert {key: env.get(key) for key in want} == {key: "%s/%s" % (cache, sub) for key, sub in want.items()}
+    assert "TMPDIR" not in env
+    container = _container(host)
+    mounts = {m["Destination"]: m["Source"] for m in container["Mounts"]}
+    assert mounts[cache] == cache and mounts["/tmp"] == cache + "/tmp"
+    assert {"Name": "stack", "Soft": 67108864, "Hard": 67108864} in container["HostConfig"]["Ulimits"]
+    for sub in list(want.values()) + ["tmp"]:
+        directory = host.file("%s/%s" % (cache, sub))
+        assert directory.is_directory and directory.user == "vllm" and directory.mode == 0o750

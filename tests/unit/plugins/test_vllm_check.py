@@ -1,12 +1,13 @@
 # -*- coding: utf-8 -*-
 """roles/service/files/dgxspark_vllm_check.py run as a subprocess against a stub API on loopback.
 
-The stub answers /v1/models and /v1/completions like vLLM (Bearer key on /v1/*); the
-cases: serving, the wrong max_model_len, another served name, no key / wrong key,
-a head whose /v1/models answers but whose completion fails (a lost TP peer), nothing listening,
-and hung engines: a completion (or /v1/models) that is accepted and never answered, by a stub and
-by the vLLM stand-in's hang mode (VLLM_STANDIN_HANG_ON_PEER_LOSS=1) - the check must fail within its
-timeouts, not wait forever.
+The stub answers /health, /v1/models, /v1/completions and /v1/chat/completions like vLLM (Bearer key
+on /v1/*); the cases: serving (both 1-token requests answered), the wrong max_model_len, another served
+name, no key / wrong key, a head whose /v1/models answers but whose completion fails, a chat completion
+that fails alone (no chat template), nothing listening, and hung engines: a completion (or /v1/models)
+that is accepted and never answered, by a stub and by the vLLM stand-in after it lost its worker
+(/health 200, requests wait until the execute-model timeout) - the check must fail within its timeouts,
+say the engine hangs (exit 3) when /health answers 200, and not wait forever.
 """
 
 from __future__ import annotations
@@ -41,11 +42,13 @@ def _handler(state):
             self.wfile.write(body)
 
         def _authorized(self):
-            return self.headers.get('Authorization') == 'Bearer %s' % KEY
+            return self.path == '/health' or self.headers.get('Authorization') == 'Bearer %s' % KEY
 
         def do_GET(self):
             if not self._authorized():
                 return self._send(401, {'error': 'Unauthorized'})
+            if self.path == '/health':
+                return self._send(state.get('health', 200), {})
             if self.path == '/v1/models':
                 return self._send(200, {'object': 'list', 'data': [{'id': state['name'], 'max_model_len': state['len']}]})
             return self._send(404, {})
@@ -55,12 +58,19 @@ def _handler(state):
             request = json.loads(self.rfile.read(length) or b'{}')
             if not self._authorized():
                 return self._send(401, {'error': 'Unauthorized'})
-            if self.path == '/v1/completions' and state.get('hang'):
+            state.setdefault('posted', []).append(self.path)
+            if self.path in state.get('hang', ()):
                 state['hung'].wait(30)             # accepted, never answered (until the test ends)
                 return None
             if self.path == '/v1/completions' and state['complete']:
                 assert request['max_tokens'] == 1
                 return self._send(200, {'choices': [{'text': 'p'}], 'usage': {'completion_tokens': 1}})
+            if self.path == '/v1/chat/completions' and state.get('chat', True):
+                assert request['max_tokens'] == 1 and request['messages'][0]['role'] == 'user'
+                return self._send(200, {'choices': [{'message': {'role': 'assistant', 'content': 'p'}}]})
+            if self.path == '/v1/chat/completions':
+                return self._send(400, {'error': {'message': 'As of transformers v4.44, default chat template is no '
+                                                             'longer allowed', 'type': 'BadRequestError', 'code': 400}})
             return self._send(500, {'error': 'EngineCore failed'})
     return Handler
 
@@ -90,7 +100,8 @@ def _check(url, tmp_path, key=KEY, extra=(), timeout='5', completion_timeout='5'
 def test_serving(api, tmp_path):
     run = _check(api['url'], tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert 'a 1-token completion answered' in run.stdout
+    assert 'a 1-token completion and a 1-token chat completion answered' in run.stdout
+    assert api['posted'] == ['/v1/completions', '/v1/chat/completions']
 
 
 def test_models_only(api, tmp_path):
@@ -140,15 +151,39 @@ def test_key_never_in_output(api, tmp_path):
 
 # ---------------------------------------------------------------------------- hung engines
 
-def test_a_completion_accepted_and_never_answered_fails_at_the_completion_timeout(api, tmp_path):
-    api['hang'] = True
+def test_a_completion_accepted_and_never_answered_with_health_ok_is_a_hang(api, tmp_path):
+    api['hang'] = ('/v1/completions',)
     started = time.monotonic()
     run = _check(api['url'], tmp_path, completion_timeout='1.5')
     elapsed = time.monotonic() - started
-    assert run.returncode == 1, run.stdout
-    assert run.stdout.startswith('not serving: %s/v1/completions (1 token): ' % api['url']), run.stdout
-    assert 'timed out' in run.stdout, run.stdout
+    assert run.returncode == 3, run.stdout
+    assert run.stdout.startswith('engine hangs: /health answers 200 and /v1/models lists deepseek-v4-flash-0731, '
+                                 'but the 1-token completion (/v1/completions) got no answer within 1.5 s'), run.stdout
     assert 1.5 <= elapsed < 20, elapsed                  # it waited its timeout, and no longer
+
+
+def test_a_chat_completion_that_hangs_alone_is_a_hang_too(api, tmp_path):
+    api['hang'] = ('/v1/chat/completions',)
+    run = _check(api['url'], tmp_path, completion_timeout='1')
+    assert run.returncode == 3, run.stdout
+    assert 'the 1-token chat completion (/v1/chat/completions) got no answer within 1 s' in run.stdout
+
+
+def test_a_completion_that_times_out_while_health_fails_is_not_serving(api, tmp_path):
+    api['hang'] = ('/v1/completions',)
+    api['health'] = 503
+    run = _check(api['url'], tmp_path, completion_timeout='1')
+    assert run.returncode == 1, run.stdout
+    assert run.stdout == 'not serving: %s/v1/completions (1 token): no answer within 1 s; /health: 503\n' % api['url']
+
+
+def test_a_chat_completion_that_fails_alone_is_not_serving(api, tmp_path):
+    """The venv kind without the tokenizer mode: completions answer, chat gets 400 (no Jinja template)."""
+    api['chat'] = False
+    run = _check(api['url'], tmp_path)
+    assert run.returncode == 1, run.stdout
+    assert run.stdout.startswith('not serving: %s/v1/chat/completions (1 token): HTTP 400 As of transformers v4.44'
+                                 % api['url']), run.stdout
 
 
 def test_a_server_that_accepts_and_never_answers_fails_at_the_models_timeout(tmp_path):
@@ -167,24 +202,26 @@ def test_a_server_that_accepts_and_never_answers_fails_at_the_models_timeout(tmp
 
 
 def test_the_standins_hung_engine_fails_the_check(tmp_path):
-    """The vLLM stand-in in hang mode after losing its worker: /health and /v1/models still answer, the completion
-    hangs (what /health alone cannot see); the check fails at its completion timeout."""
+    """The vLLM stand-in after losing its worker: /health and /v1/models still answer, the completion waits (what
+    /health alone cannot see); the check says the engine hangs at its completion timeout, long before the
+    execute-model timeout."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / 'sim'))
     from test_vllm_standin import KEY as STANDIN_KEY, start_pair, wait_ready  # pylint: disable=import-outside-toplevel
-    head, worker, port = start_pair(tmp_path, {'VLLM_STANDIN_HANG_ON_PEER_LOSS': '1'})
+    head, worker, port = start_pair(tmp_path, {'VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS': '60'})
     try:
         wait_ready(port, [head, worker])
         url = 'http://127.0.0.1:%d' % port
-        assert _check(url, tmp_path, key=STANDIN_KEY).returncode == 0
+        healthy = _check(url, tmp_path, key=STANDIN_KEY)
+        assert healthy.returncode == 0, healthy.stdout
+        assert 'a 1-token completion and a 1-token chat completion answered' in healthy.stdout
         worker.popen.kill()
-        deadline = time.monotonic() + 10
-        while 'EngineCore is stuck' not in head.log():
-            assert time.monotonic() < deadline, head.log()
-            time.sleep(0.05)
+        worker.wait()
+        time.sleep(0.5)
         assert _check(url, tmp_path, key=STANDIN_KEY, extra=['--models-only']).returncode == 0   # /v1/models still fine
         run = _check(url, tmp_path, key=STANDIN_KEY, completion_timeout='1.5')
-        assert run.returncode == 1, run.stdout
-        assert '/v1/completions (1 token)' in run.stdout and 'timed out' in run.stdout, run.stdout
+        assert run.returncode == 3, run.stdout
+        assert run.stdout.startswith('engine hangs: /health answers 200'), run.stdout
+        assert head.popen.poll() is None
     finally:
         head.stop()
         worker.stop()

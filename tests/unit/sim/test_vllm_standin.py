@@ -380,36 +380,106 @@ def test_head_alone_never_becomes_ready(tmp_path):
         head.stop()
 
 
+def _post_later(port: int, path: str, body: Dict[str, Any], timeout: float) -> Dict[str, Any]:
+    """POST in a thread; the dict gets 'status'/'body' or 'error', and 'seconds'."""
+    import threading
+    out: Dict[str, Any] = {}
+
+    def run() -> None:
+        t0 = time.monotonic()
+        try:
+            out['status'], out['body'] = request(port, path, body, timeout=timeout)
+        except OSError as exc:
+            out['error'] = exc
+        out['seconds'] = time.monotonic() - t0
+    out['thread'] = threading.Thread(target=run, daemon=True)
+    out['thread'].start()
+    return out
+
+
+def _wait_for(proc: Proc, text: str, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while text not in proc.log():
+        assert time.monotonic() < deadline, 'no %r in:\n%s' % (text, proc.log())
+        time.sleep(0.05)
+
+
+HANG_ENV = {'VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS': '3', 'VLLM_RINGBUFFER_WARNING_INTERVAL': '1'}
+ONE_TOKEN = {'model': SERVED, 'prompt': 'x', 'max_tokens': 1}
+ONE_CHAT = {'model': SERVED, 'messages': [{'role': 'user', 'content': 'x'}], 'max_tokens': 1}
+
+
 @pytest.mark.parametrize('exit_zero', [False, True], ids=['exit-1', 'exit-zero-knob'])
-def test_head_exits_when_the_worker_is_lost(tmp_path, exit_zero):
-    env = {'VLLM_STANDIN_EXIT_ZERO_ON_PEER_LOSS': '1'} if exit_zero else {}
+def test_a_lost_worker_hangs_requests_until_the_execute_model_timeout(tmp_path, exit_zero):
+    """Real vLLM's head does not notice a worker node that is gone: /health, /v1/models and /metrics answer, the head
+    logs nothing; requests (completions and chat) wait, the engine core logs shm_broadcast's wait line every
+    VLLM_RINGBUFFER_WARNING_INTERVAL s, and VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS after the first waiting request it dies:
+    the waiting requests get 500 (EngineDeadError), /health 503, and the process exits."""
+    env = dict(HANG_ENV, **({'VLLM_STANDIN_EXIT_ZERO_ON_PEER_LOSS': '1'} if exit_zero else {}))
     head, worker, port = start_pair(tmp_path, env)
     try:
         wait_ready(port, [head, worker])
+        at_loss = len(head.log())
         worker.popen.kill()
-        assert head.wait() == (0 if exit_zero else 1)
-        assert 'the head lost tensor-parallel node rank 1 (ip=127.0.0.1)' in head.log()
+        worker.wait()
+        time.sleep(1.0)
+        assert head.popen.poll() is None
+        assert head.log()[at_loss:] == ''                               # nothing in the head's log
+        assert request(port, '/health', key=None) == (200, b'')
+        assert request(port, '/v1/models')[0] == 200 and request(port, '/metrics', key=None)[0] == 200
+        waiting = _post_later(port, '/v1/completions', ONE_TOKEN, timeout=15)
+        time.sleep(0.3)
+        with pytest.raises(OSError):                                   # what a 1-token check sees and /health does not
+            request(port, '/v1/chat/completions', ONE_CHAT, timeout=1.0)
+        assert request(port, '/health', key=None) == (200, b'')
+        waiting['thread'].join(15)
+        assert waiting.get('status') == 500, waiting
+        assert b'EngineDeadError' in waiting['body']
+        assert 2.5 <= waiting['seconds'] <= 6, waiting['seconds']      # the timeout counts from the first waiting request
+        assert head.wait(5) == (0 if exit_zero else 1)
+        log = head.log()
+        assert 'No available shared memory broadcast block found in 1 seconds' in log
+        assert '(EngineCore pid=' in log and 'TimeoutError: RPC call to sample_tokens timed out.' in log
+        assert 'EngineDeadError: EngineCore encountered an issue' in log
+        assert 'Application shutdown complete.' in log
     finally:
         head.stop()
         worker.stop()
 
 
-def test_hang_knob_keeps_health_green_while_completions_hang(tmp_path):
-    head, worker, port = start_pair(tmp_path, {'VLLM_STANDIN_HANG_ON_PEER_LOSS': '1'})
+def test_a_lost_worker_without_requests_leaves_the_head_up(tmp_path):
+    """The execute-model timeout runs only while a model step waits: an idle head stays up and answers /health."""
+    head, worker, port = start_pair(tmp_path, dict(HANG_ENV, VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS='1'))
     try:
         wait_ready(port, [head, worker])
         worker.popen.kill()
-        deadline = time.monotonic() + 5
-        while 'EngineCore is stuck' not in head.log():
-            assert time.monotonic() < deadline, head.log()
-            time.sleep(0.05)
-        assert head.popen.poll() is None
-        assert request(port, '/health', key=None) == (200, b'') and request(port, '/v1/models')[0] == 200
-        with pytest.raises(OSError):                 # what a 1-token watchdog catches and /health does not
-            request(port, '/v1/completions', {'model': SERVED, 'prompt': 'x', 'max_tokens': 1}, timeout=0.5)
-        head.popen.send_signal(signal.SIGTERM)
-        assert head.wait() == 0
+        time.sleep(2.5)
+        assert head.popen.poll() is None, head.log()
+        assert request(port, '/health', key=None) == (200, b'')
+        assert 'shared memory broadcast' not in head.log()
     finally:
+        head.stop()
+        worker.stop()
+
+
+def test_a_paused_worker_that_answers_again_lets_the_requests_finish(tmp_path):
+    """A silent worker (a paused node) stalls the engine; once its heartbeat is back the waiting request answers."""
+    head, worker, port = start_pair(tmp_path, dict(HANG_ENV, VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS='30',
+                                                   VLLM_STANDIN_PEER_TIMEOUT='1'))
+    try:
+        wait_ready(port, [head, worker])
+        worker.popen.send_signal(signal.SIGSTOP)
+        time.sleep(2.0)
+        waiting = _post_later(port, '/v1/completions', ONE_TOKEN, timeout=20)
+        time.sleep(1.5)
+        assert 'status' not in waiting and 'error' not in waiting, waiting
+        worker.popen.send_signal(signal.SIGCONT)
+        waiting['thread'].join(20)
+        assert waiting.get('status') == 200, (waiting, head.log())
+        assert head.popen.poll() is None and worker.popen.poll() is None
+        assert request(port, '/v1/chat/completions', ONE_CHAT)[0] == 200
+    finally:
+        worker.popen.send_signal(signal.SIGCONT)
         head.stop()
         worker.stop()
 
@@ -421,7 +491,8 @@ def test_crashed_worker_can_exit_zero_like_seed_000(tmp_path):
         worker.popen.send_signal(signal.SIGUSR1)
         assert worker.wait() == 0                     # Restart=on-failure would not restart it
         assert 'device-side assert triggered' in worker.log()
-        assert head.wait() == 1
+        time.sleep(1.0)
+        assert head.popen.poll() is None              # the head does not notice (no request waits)
     finally:
         head.stop()
         worker.stop()

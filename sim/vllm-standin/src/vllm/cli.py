@@ -287,25 +287,31 @@ def _nccl_init_failed(rank: int) -> bool:
 def run_head(args: argparse.Namespace, model: str, served: List[str], max_model_len: int, eargs: Dict[str, Any],
              life: Lifecycle) -> int:
     k = int((args.speculative_config or {}).get('num_speculative_tokens') or 0)
-    engine = Engine(model, served, max_model_len, k, _env_float('VLLM_STANDIN_STEP_SECONDS', 0.0))
+
+    def on_dead() -> None:
+        # launcher.py: the waiting requests get their 500 first, then the server exits (VLLM_KEEP_ALIVE_ON_ENGINE_DEATH unset)
+        threading.Timer(0.5, life.exit, [_peer_loss_code()]).start()
+
+    engine = Engine(model, served, max_model_len, k, _env_float('VLLM_STANDIN_STEP_SECONDS', 0.0),
+                    execute_timeout=_env_float('VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS', 300.0),   # vllm/envs.py default
+                    warn_interval=_env_float('VLLM_RINGBUFFER_WARNING_INTERVAL', 60.0), on_dead=on_dead)
     engine.chat_problem = chat_template.startup(args, model, os.environ)   # tokenizer mode / Jinja template (chat_template.py)
     ready = threading.Event()
-    hang = checks.env_true(os.environ, 'VLLM_STANDIN_HANG_ON_PEER_LOSS')
 
     def on_lost(rank: int, ip: str, reason: str) -> None:
         if not ready.is_set():
             log.error('core', 'Engine core initialization failed: lost node rank %d (ip=%s) during start-up: %s', rank, ip, reason)
             life.exit(_peer_loss_code())
             return
-        log.error('core', 'RuntimeError: cancelled (shm_broadcast): the head lost tensor-parallel node rank %d (ip=%s): %s. '
-                  'Look at that node\'s memory and logs.', rank, ip, reason)
-        if hang:
-            log.error('core', 'EngineCore is stuck waiting for node rank %d; the API server keeps answering /health '
-                      '(VLLM_STANDIN_HANG_ON_PEER_LOSS=1)', rank)
-            engine.dead.set()
+        # Serving: real vLLM's head logs nothing (its worker monitor watches only its own node's processes) and
+        # /health stays 200; requests wait until the execute-model timeout (server.Engine).
+        engine.rank_down(rank, 'lost')
+
+    def on_stall(rank: int, ip: str, reason: str) -> None:
+        if not ready.is_set():
+            on_lost(rank, ip, reason)
             return
-        log.error('core', 'EngineCore failed; shutting down the API server.')
-        life.exit(_peer_loss_code())
+        engine.rank_down(rank, 'stalled')
 
     def on_fatal(error: str) -> None:
         log.error('core', 'Engine core initialization failed: %s', error)
@@ -314,7 +320,7 @@ def run_head(args: argparse.Namespace, model: str, served: List[str], max_model_
     head = None
     if args.nnodes > 1:
         head = Head(args.master_addr, args.master_port, args.nnodes, eargs, _env_float('VLLM_STANDIN_PEER_TIMEOUT', 10.0),
-                    on_lost, on_fatal)
+                    on_lost, on_fatal, on_stall, engine.rank_up)
         try:
             head.start()
         except OSError as exc:
@@ -358,6 +364,10 @@ def run_head(args: argparse.Namespace, model: str, served: List[str], max_model_
         head.shutdown()
     api.stop()
     code = life.code if life.code is not None else 0
+    if engine.dead.is_set():
+        log.info('launcher', 'Shutting down')     # uvicorn, after launcher.py's terminate_if_errored
+        log.info('launcher', 'Waiting for application shutdown.')
+        log.info('launcher', 'Application shutdown complete.')
     log.info('launcher', 'Shutting down (exit status %d).', code)
     return code
 

@@ -27,6 +27,8 @@ WHERE = {
     'core': 'core.py:712',
     'access': 'h11_impl.py:473',
     'launcher': 'launcher.py:46',
+    'shm': 'shm_broadcast.py:705',
+    'async_llm': 'async_llm.py:480',
     'standin': 'standin.py:1',
 }
 
@@ -39,7 +41,9 @@ class _Formatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         stamp = time.strftime('%m-%d %H:%M:%S', time.localtime(record.created))
         where = WHERE.get(getattr(record, 'where', 'standin'), 'standin.py:1')
-        text = '%s%s %s [%s] %s' % (self.prefix, record.levelname, stamp, where, record.getMessage())
+        proc = getattr(record, 'proc', None)    # another vLLM process's prefix (EngineCore): the stand-in is one process
+        prefix = '(%s pid=%d) ' % (proc, os.getpid()) if proc else self.prefix
+        text = '%s%s %s [%s] %s' % (prefix, record.levelname, stamp, where, record.getMessage())
         if record.exc_info:
             text += '\n' + self.formatException(record.exc_info)
         return text
@@ -77,13 +81,13 @@ def get() -> logging.Logger:
     return logging.getLogger(LOGGER_NAME)
 
 
-def info(where: str, msg: str, *args) -> None:
-    get().info(msg, *args, extra={'where': where})
+def info(where: str, msg: str, *args, proc: str = '') -> None:
+    get().info(msg, *args, extra={'where': where, 'proc': proc})
 
 
-def warning(where: str, msg: str, *args) -> None:
-    get().warning(msg, *args, extra={'where': where})
+def warning(where: str, msg: str, *args, proc: str = '') -> None:
+    get().warning(msg, *args, extra={'where': where, 'proc': proc})
 
 
-def error(where: str, msg: str, *args) -> None:
-    get().error(msg, *args, extra={'where': where})
+def error(where: str, msg: str, *args, proc: str = '') -> None:
+    get().error(msg, *args, extra={'where': where, 'proc': proc})

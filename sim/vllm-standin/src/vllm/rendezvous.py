@@ -3,8 +3,12 @@
 The head (node rank 0) listens on --master-addr:--master-port and waits for
 nnodes - 1 workers; a --headless worker connects (retrying until the head is
 up), registers its rank and engine arguments, and keeps the connection. Both
-sides send a heartbeat every second; a connection that closes or stays silent
-for VLLM_STANDIN_PEER_TIMEOUT seconds is a lost peer.
+sides send a heartbeat every second. On the head, a worker whose connection
+closes is lost for good (vLLM's mp engine takes no rank back); one that stays
+silent for VLLM_STANDIN_PEER_TIMEOUT seconds is stalled (a paused node) until
+its heartbeat comes back. The head's engine (server.py) waits on a lost or
+stalled rank: real vLLM notices neither (sim/SOURCES.md, "vLLM stand-in: lost
+worker").
 
 Messages are JSON lines::
 
@@ -78,7 +82,9 @@ class Head:
     """Rank 0: accepts the workers, tells them when the engine is ready, watches them."""
 
     def __init__(self, addr: str, port: int, nnodes: int, engine_args: Dict[str, Any], peer_timeout: float,
-                 on_lost: Callable[[int, str, str], None], on_fatal: Callable[[str], None]):
+                 on_lost: Callable[[int, str, str], None], on_fatal: Callable[[str], None],
+                 on_stall: Optional[Callable[[int, str, str], None]] = None,
+                 on_resume: Optional[Callable[[int], None]] = None):
         self.addr = addr
         self.port = port
         self.nnodes = nnodes
@@ -86,6 +92,8 @@ class Head:
         self.peer_timeout = peer_timeout
         self.on_lost = on_lost
         self.on_fatal = on_fatal
+        self.on_stall = on_stall        # a silent peer (None: silence counts as lost)
+        self.on_resume = on_resume
         self.peers: Dict[int, _Peer] = {}
         self.lock = threading.Lock()
         self.all_joined = threading.Event()
@@ -177,18 +185,28 @@ class Head:
         self._read_loop(peer)
 
     def _read_loop(self, peer: _Peer) -> None:
+        stalled = False
         while not self.stopping.is_set():
             try:
                 message = peer.lines.read(self.peer_timeout)
             except socket.timeout:
-                self._lost(peer, 'no heartbeat for %.0f s' % self.peer_timeout)
-                return
+                if self.on_stall is None:
+                    self._lost(peer, 'no heartbeat for %.0f s' % self.peer_timeout)
+                    return
+                if not stalled and not self.stopping.is_set():
+                    stalled = True
+                    self.on_stall(peer.rank, peer.address.rsplit(':', 1)[0], 'no heartbeat for %.0f s' % self.peer_timeout)
+                continue
             except (OSError, ValueError) as exc:
                 self._lost(peer, str(exc))
                 return
             if message is None:
                 self._lost(peer, 'connection closed')
                 return
+            if stalled:
+                stalled = False
+                if self.on_resume is not None and not self.stopping.is_set():
+                    self.on_resume(peer.rank)
 
     def _heartbeat_loop(self) -> None:
         while not self.stopping.wait(HEARTBEAT_SECONDS):

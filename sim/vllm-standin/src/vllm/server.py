@@ -51,11 +51,28 @@ class ApiError(Exception):
         return {'error': {'message': self.message, 'type': self.kind, 'param': self.param, 'code': self.status}}
 
 
+SHM_WAIT = ('No available shared memory broadcast block found in %d seconds. This typically happens when some processes '
+            'are hanging or doing some time-consuming work (e.g. compilation, weight/kv cache quantization).')
+ENGINE_DEAD = 'EngineCore encountered an issue. See stack trace (above) for the root cause.'
+
+
 class Engine:
-    """Counters and the scripted generation."""
+    """Counters, the scripted generation, and the engine's wait on a rank that is gone.
+
+    A worker node the head lost (its connection closed) or that stopped answering (stalled) is
+    ``down``. Real vLLM's head notices neither: its worker monitor watches only the processes of
+    its own node, /health answers 200 until the engine core dies (sim/SOURCES.md, "vLLM stand-in:
+    lost worker"). So while a rank is down every request waits (the model step's collective
+    never completes); from the first waiting request on, every ``warn_interval`` seconds the
+    engine core logs shm_broadcast's "No available shared memory broadcast block" line, and at
+    ``execute_timeout`` (VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS) it dies: "TimeoutError: RPC call to
+    sample_tokens timed out.", EngineDeadError, the waiting requests get 500, /health 503, and
+    ``on_dead`` ends the process. A stalled rank that answers again lets the waiting requests go on.
+    """
 
     def __init__(self, model: str, served_names: List[str], max_model_len: int, num_spec_tokens: int,
-                 step_seconds: float = 0.0):
+                 step_seconds: float = 0.0, execute_timeout: float = 300.0, warn_interval: float = 60.0,
+                 on_dead: Optional[Callable[[], None]] = None):
         self.model = model
         self.served_names = served_names
         self.max_model_len = max_model_len
@@ -71,10 +88,78 @@ class Engine:
         self.draft_tokens = 0
         self.accepted = 0
         self.accepted_per_pos = [0] * max(self.k, 0)
-        self.dead = threading.Event()      # lost a TP peer (VLLM_STANDIN_HANG_ON_PEER_LOSS=1): requests hang
+        self.dead = threading.Event()      # the engine core died (EngineDeadError): 500s, /health 503, the process ends
         self.stopping = threading.Event()
         self.sched = behaviour.Scheduler()
         self.chat_problem: Optional[str] = None   # why chat cannot render a prompt (chat_template.py): HTTP 400
+        self.execute_timeout = execute_timeout
+        self.warn_interval = warn_interval
+        self.on_dead = on_dead
+        self.gate = threading.Condition()
+        self.down: Dict[int, str] = {}     # node rank -> 'lost' | 'stalled'
+        self.blocked_since: Optional[float] = None
+        self._watching = False
+
+    # ------------------------------------------------------------------ a rank that is gone
+    def rank_down(self, rank: int, how: str) -> None:
+        """Node ``rank`` is lost (its connection closed: for good) or stalled (silent: until it answers)."""
+        with self.gate:
+            if self.down.get(rank) != 'lost':
+                self.down[rank] = how
+            self.gate.notify_all()
+
+    def rank_up(self, rank: int) -> None:
+        """A stalled rank answers again (a lost one never comes back)."""
+        with self.gate:
+            if self.down.get(rank) == 'stalled':
+                del self.down[rank]
+            if not self.down:
+                self.blocked_since = None
+            self.gate.notify_all()
+
+    def wait_engine(self) -> None:
+        """Return when no rank is down; raise a 500 once the engine core died (or the server stops)."""
+        with self.gate:
+            while True:
+                if self.dead.is_set():
+                    raise ApiError(500, ENGINE_DEAD, 'EngineDeadError')
+                if self.stopping.is_set():
+                    raise ApiError(500, 'the server is shutting down', 'InternalServerError')
+                if not self.down:
+                    return
+                if self.blocked_since is None:
+                    self.blocked_since = time.monotonic()   # the step's RPC starts waiting now
+                    if not self._watching:
+                        self._watching = True
+                        threading.Thread(target=self._watch, name='engine-core-rpc', daemon=True).start()
+                self.gate.wait(0.2)
+
+    def _watch(self) -> None:
+        warned = 0
+        while not self.stopping.wait(0.05):
+            with self.gate:
+                since = self.blocked_since
+            if since is None:
+                warned = 0
+                continue
+            waited = time.monotonic() - since
+            if waited >= self.execute_timeout:
+                self._die()
+                return
+            if self.warn_interval > 0 and waited >= (warned + 1) * self.warn_interval:
+                warned += 1
+                log.info('shm', SHM_WAIT, int(self.warn_interval), proc='EngineCore')
+
+    def _die(self) -> None:
+        log.error('core', 'EngineCore encountered a fatal error.', proc='EngineCore')
+        log.error('core', 'TimeoutError: RPC call to sample_tokens timed out.', proc='EngineCore')
+        log.error('async_llm', 'AsyncLLM output_handler failed.')
+        log.error('async_llm', 'vllm.v1.engine.exceptions.EngineDeadError: %s', ENGINE_DEAD)
+        with self.gate:
+            self.dead.set()
+            self.gate.notify_all()
+        if self.on_dead is not None:
+            self.on_dead()
 
     def steps(self, n_tokens: int, gen: Optional[behaviour.Generation] = None) -> Iterator[List[str]]:
         """The tokens of a reply of ``n_tokens``, grouped by engine step (prefill, then DSpark steps)."""
@@ -102,6 +187,11 @@ class Engine:
             take = accepted + 1
             if self.step_seconds:
                 time.sleep(self.step_seconds)
+            if self.down or self.dead.is_set():
+                try:
+                    self.wait_engine()      # a rank went away mid-generation: the next step waits too
+                except ApiError:
+                    return
             if gen is not None:
                 gen.pace(emitted + take - 1)
             yield tokens[emitted:emitted + take]
@@ -127,13 +217,15 @@ class Engine:
         return natural, 'stop'
 
     def begin(self) -> None:
-        if self.dead.is_set():
-            # The real API server keeps answering /health and /v1/models while the engine waits
-            # on a dead TP peer; requests never finish. Hang until the process stops.
-            self.stopping.wait()
-            raise ApiError(500, 'EngineCore is dead: lost a tensor-parallel peer', 'InternalServerError')
+        """Admit a request to the engine: it counts as running while it waits on a rank that is gone."""
         with self.lock:
             self.running += 1
+        try:
+            self.wait_engine()
+        except ApiError:
+            with self.lock:
+                self.running -= 1
+            raise
 
     def finish(self, prompt_tokens: int, completion_tokens: int, finish_reason: str) -> None:
         with self.lock:
@@ -215,7 +307,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _access(self, status: int) -> None:
         phrase = {200: 'OK', 400: 'Bad Request', 401: 'Unauthorized', 404: 'Not Found', 405: 'Method Not Allowed',
-                  500: 'Internal Server Error'}.get(status, '')
+                  500: 'Internal Server Error', 503: 'Service Unavailable'}.get(status, '')
         log.info('access', '%s:%d - "%s %s %s" %d %s', self.client_address[0], self.client_address[1], self.command,
                  self.path, self.request_version, status, phrase)
 
@@ -263,7 +355,7 @@ class Handler(BaseHTTPRequestHandler):
         if not self._authorized():
             self._json(401, {'error': 'Unauthorized'})
         elif path in ('/health', '/ping'):
-            self._text(200, '')
+            self._text(503 if self.engine.dead.is_set() else 200, '')    # 503 only on EngineDeadError
         elif path == '/version':
             self._json(200, {'version': __version__})
         elif path == '/metrics':

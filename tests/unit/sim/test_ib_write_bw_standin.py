@@ -43,6 +43,7 @@ if str(NODE_LIB) not in sys.path:
 from sparksim import rdma, state as statefile  # noqa: E402
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils.perftest import parse_ib_write_bw  # noqa: E402
+from ansible_collections.dgxspark.cluster.plugins.module_utils.perftest_probe import tcp_listening  # noqa: E402
 
 DASHES = "-" * 87 + "\n"
 RAILS = [{"netdev": "enp1s0f1np1", "ipv4": "192.168.100.1"},
@@ -91,18 +92,27 @@ def run_tool(environ: dict[str, str], *args: str, timeout: float = 10) -> subpro
 
 
 def pair(tmp_path: Path, server_env: dict[str, str], client_env: dict[str, str], server_args: list[str],
-         client_args: list[str]) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
-    """Run a server, wait for its banner, run the client against 127.0.0.1; both results."""
+         client_args: list[str], server_launcher: list[str] | None = None,
+         ) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+    """Run a server, wait until it listens on its TCP port, run the client against 127.0.0.1; both results.
+
+    Not on its banner: perftest (and the stand-in) print "Waiting for client to connect" before the socket is bound,
+    and the client does not retry (ethernet_client_connect). The listen is read from /proc/net/tcp without
+    connecting (the server accepts exactly one client), as the module's probe does (perftest_probe.tcp_listening)."""
     port = str(free_port())
     out_path, err_path = tmp_path / ("srv-%s.out" % port), tmp_path / ("srv-%s.err" % port)
+    argv = (server_launcher + [str(TOOL), *server_args, "-p", port]) if server_launcher else command(*server_args, "-p", port)
     with open(out_path, "w") as out, open(err_path, "w") as err:
-        server = subprocess.Popen(command(*server_args, "-p", port), env=server_env, stdout=out, stderr=err, text=True)
+        server = subprocess.Popen(argv, env=server_env, stdout=out, stderr=err, text=True)
         try:
-            deadline = time.monotonic() + 5
-            while "Waiting for client" not in out_path.read_text() and time.monotonic() < deadline:
-                assert server.poll() is None, err_path.read_text()
+            deadline = time.monotonic() + 60
+            while not tcp_listening(int(port)):
+                assert server.poll() is None, "the server exited %s: %s" % (server.returncode, err_path.read_text())
+                assert time.monotonic() < deadline, "the server never listened on %s: %s" % (port, out_path.read_text())
                 time.sleep(0.02)
+            began = time.monotonic()
             client = run_tool(client_env, *client_args, "-p", port, "127.0.0.1")
+            client.seconds = time.monotonic() - began          # type: ignore[attr-defined]  # the client's run alone
             server.wait(timeout=10)
         finally:
             if server.poll() is None:
@@ -231,6 +241,25 @@ def test_a_loopback_on_a_throttled_node_reads_healthy(tmp_path, nodes, device):
     assert parse_ib_write_bw(client.stdout)["gbps_average"] > 97
 
 
+# A server descheduled between its banner and its listen(): perftest prints "Waiting for client to connect" before
+# ethernet_server_connect() binds, and the stand-in does the same (run(): out(BANNER), then connect()). Under load a
+# client started on the banner alone found nothing listening ("Couldn't connect"); the sleep here makes that window
+# one second wide, every time.
+SLOW_LISTEN = ("import runpy, socket, sys, time\n"
+               "real_listen = socket.socket.listen\n"
+               "socket.socket.listen = lambda self, *args: (time.sleep(1.0), real_listen(self, *args))[1]\n"
+               "sys.argv = sys.argv[1:]\n"
+               "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+
+
+def test_the_client_starts_once_the_server_listens_not_at_its_banner(tmp_path, healthy):
+    args = ["-d", "rocep1s0f1", "-x", "3", "--report_gbits"]
+    server, client = pair(tmp_path, healthy, healthy, args, args, server_launcher=[sys.executable, "-c", SLOW_LISTEN])
+    assert "Waiting for client to connect" in server.stdout
+    assert (client.returncode, server.returncode) == (0, 0), client.stderr + server.stderr
+    assert 97.5 <= parse_ib_write_bw(client.stdout)["gbps_average"] <= 98.5
+
+
 def test_mb_per_sec_without_report_gbits(tmp_path, healthy):
     args = ["-d", "rocep1s0f1", "-x", "3"]
     _server, client = pair(tmp_path, healthy, healthy, args, args)
@@ -243,9 +272,8 @@ def test_mb_per_sec_without_report_gbits(tmp_path, healthy):
 
 def test_duration_mode_is_short_and_counts_the_whole_window(tmp_path, healthy):
     args = ["-d", "rocep1s0f1", "-x", "3", "-D", "3", "--report_gbits"]
-    started = time.monotonic()
     server, client = pair(tmp_path, healthy, healthy, args, args)
-    assert time.monotonic() - started < 5                   # -D 3 sleeps at most MAX_SLEEP
+    assert client.seconds < 3                               # -D 3 sleeps at most MAX_SLEEP (the server's start not counted)
     warning = " WARNING: BW peak won't be measured in this run.\n"
     assert client.stdout.startswith(warning) and server.stdout.startswith(warning)
     parsed = parse_ib_write_bw(client.stdout)

@@ -34,6 +34,7 @@ def record(name, *args):
         sys.stderr.write('FATAL: %s failed (VLLM_STANDIN_FAIL_STEP): anchor not found in the stand-in vLLM\n' % name)
         sys.stderr.flush()
         raise SystemExit(1)
+    os.makedirs(os.path.dirname(_log_path()) or '.', exist_ok=True)   # a minimal image may have no /var/tmp
     with open(_log_path(), 'a') as out:
         out.write('%.6f %s\n' % (time.time(), line))
     sys.stderr.write('DSPARK start-up (stand-in): applied %s\n' % line)

@@ -6,11 +6,13 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.preflight import value_disagreements
+from ansible_collections.dgxspark.cluster.plugins.module_utils.preflight import (
+    image_reference_problem, port_collisions, value_disagreements)
 
 
 class FilterModule(object):
     """Preflight checks across nodes."""
 
     def filters(self):
-        return {"value_disagreements": value_disagreements}
+        return {"value_disagreements": value_disagreements, "port_collisions": port_collisions,
+                "image_reference_problem": image_reference_problem}

@@ -73,3 +73,63 @@ def bytes_needed(min_free_gb, present_bytes):
     if not min_free_gb or min_free_gb <= 0:
         return 0
     return max(0, int(min_free_gb * GB) - int(present_bytes or 0))
+
+
+def port_collisions(ports):
+    """Ports that two of the collection's variables share, one message each.
+
+    ``ports``: ``[[variable, port], ...]`` in the order the messages name them::
+
+        >>> port_collisions([["runtime_vllm_port", 8888], ["runtime_vllm_master_port", 8888], ["nic_bandwidth_tcp_port", 18515]])
+        ['runtime_vllm_port and runtime_vllm_master_port are both 8888']
+
+    Every port the collection listens on or expects a service on is its own: two equal ones make the second
+    listener fail with "Address already in use" after units were rewritten (or point a client at the wrong server).
+    """
+    seen = {}
+    for name, port in ports or ():
+        try:
+            number = int(port)
+        except (TypeError, ValueError):
+            continue  # the type check names it
+        seen.setdefault(number, []).append(str(name))
+    return ["%s are both %d" % (" and ".join(names), number) for number, names in seen.items() if len(names) > 1]
+
+
+# The reference grammar of distribution/reference (the one docker and containerd parse with): reference.go's grammar
+# and regexp.go's patterns - name [":" tag] ["@" digest], a name at most 255 characters, lower-case path components.
+_ALNUM = r"[a-z0-9]+"
+_SEPARATOR = r"(?:[._]|__|[-]+)"
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = r"(?:%s(?:\.%s)*|\[(?:[a-fA-F0-9:]+)\])(?::[0-9]+)?" % (_DOMAIN_COMPONENT, _DOMAIN_COMPONENT)
+_PATH_COMPONENT = r"%s(?:%s%s)*" % (_ALNUM, _SEPARATOR, _ALNUM)
+_NAME = r"(?:%s/)?%s(?:/%s)*" % (_DOMAIN, _PATH_COMPONENT, _PATH_COMPONENT)
+_TAG = r"[\w][\w.-]{0,127}"
+_DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*[:][0-9a-fA-F]{32,}"
+_REFERENCE_RE = None
+
+
+def image_reference_problem(reference):
+    """Why ``reference`` is no image reference docker would parse, or "" when it is one.
+
+    >>> image_reference_problem("ghcr.io/anemll/dspark-vllm-gx10:0.1.1")
+    ''
+    >>> image_reference_problem("ghcr.io/Anemll/dspark-vllm-gx10:0.1.1")
+    'repository name must be lowercase'
+    """
+    import re
+    global _REFERENCE_RE  # pylint: disable=global-statement
+    if _REFERENCE_RE is None:
+        _REFERENCE_RE = re.compile(r"(%s)(?::(%s))?(?:@(%s))?" % (_NAME, _TAG, _DIGEST), re.ASCII)
+    text = reference if isinstance(reference, str) else ""
+    if not text:
+        return "empty, expected name[:tag][@digest]"
+    match = _REFERENCE_RE.fullmatch(text)  # Go's $ never matches before a final newline; Python's would
+    if not match:
+        if _REFERENCE_RE.fullmatch(text.lower()):
+            return "repository name must be lowercase"
+        return "invalid reference format, expected name[:tag][@digest] (lower-case name, a tag of word characters, " \
+               ". and -, at most 128)"
+    if len(match.group(1)) > 255:
+        return "repository name must not be more than 255 characters"
+    return ""

@@ -71,3 +71,46 @@ def test_bytes_needed():
     assert pf.bytes_needed(170, 167 * 10 ** 9) == 3 * 10 ** 9
     assert pf.bytes_needed(170, 200 * 10 ** 9) == 0
     assert pf.bytes_needed(0, 0) == 0
+
+
+# --------------------------------------------------------------------------- issue 24, finding 9
+
+def test_port_collisions_name_both_variables_once_each():
+    from ansible_collections.dgxspark.cluster.plugins.module_utils.preflight import port_collisions
+    ports = [["runtime_vllm_port", 8888], ["runtime_vllm_master_port", 25000], ["preflight_fabric_ssh_port (sshd)", 22],
+             ["checkpoint_daemon_port", 8873], ["runtime_container_transfer_port", 8873], ["nic_bandwidth_tcp_port", 18515],
+             ["nic_bandwidth_tcp_port + 1 (rail 1)", "8888"]]
+    assert port_collisions(ports) == ["runtime_vllm_port and nic_bandwidth_tcp_port + 1 (rail 1) are both 8888",
+                                      "checkpoint_daemon_port and runtime_container_transfer_port are both 8873"]
+    assert port_collisions(ports[:3]) == []
+    assert port_collisions([["a", "not a port"], ["b", None]]) == []   # the type check names those
+
+
+# distribution/reference's grammar (reference.go) and regexp.go's patterns; the cases are the ones its
+# reference_test.go gives, as docker parses them.
+@pytest.mark.parametrize("ref", [
+    "ghcr.io/anemll/dspark-vllm-gx10:0.1.1", "spark-sim/vllm-standin:latest", "ubuntu", "localhost:5000/a/b:c",
+    "registry.example.com:5000/team/image@sha256:" + "a" * 64, "[2001:db8::1]:5000/img:tag", "a__b/c--d.e_f:T.a-g",
+    "ghcr.io/anemll/dspark-vllm-gx10:0.1.1@sha256:" + "0" * 64, "a" * 255,
+])
+def test_image_reference_accepts_what_docker_parses(ref):
+    from ansible_collections.dgxspark.cluster.plugins.module_utils.preflight import image_reference_problem
+    assert image_reference_problem(ref) == ""
+
+
+@pytest.mark.parametrize("ref, reason", [
+    ("ghcr.io/Anemll/dspark-vllm-gx10:0.1.1", "repository name must be lowercase"),
+    ("ghcr.io/anemll/dspark:0.1:1", "invalid reference format"),
+    ("ghcr.io/anemll/dspark:0.1.1\n", "invalid reference format"),        # Python's $ would let this through
+    ("ghcr.io/anemll/dspark vllm:0.1.1", "invalid reference format"),
+    ("ghcr.io/anemll/dspark:-bad", "invalid reference format"),
+    ("ghcr.io/anemll/dspark:" + "t" * 129, "invalid reference format"),
+    ("ghcr.io/anemll/dspark@sha256:abc", "invalid reference format"),
+    ("ghcr.io/anemll/dspark:0.1.\u00e9", "invalid reference format"),      # \w is ASCII in Go's regexp
+    ("a" * 256, "must not be more than 255 characters"),
+    ("", "empty"),
+    (None, "empty"),
+])
+def test_image_reference_refuses_what_docker_refuses(ref, reason):
+    from ansible_collections.dgxspark.cluster.plugins.module_utils.preflight import image_reference_problem
+    assert reason in image_reference_problem(ref)

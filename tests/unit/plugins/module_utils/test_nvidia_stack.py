@@ -146,6 +146,8 @@ def test_filters_are_registered():
     assert filters["driver_state"] is ns.driver_state
     assert filters["proc_driver_version"] is ns.proc_driver_version
     assert filters["nvcc_release"] is ns.nvcc_release
+    assert filters["module_builds"] is ns.module_builds
+    assert filters["driver_target"] is ns.driver_target
     assert filters["apt_simulation"] is ns.apt_simulation
 
 

@@ -1,9 +1,10 @@
 # -*- coding: utf-8 -*-
 # Copyright: dgxspark.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The node whose rank log shows the first error, as a filter (plugins/module_utils/vllm_logs.py).
+"""The node whose rank log shows the first error, and the ranks a hung head lost, as filters
+(plugins/module_utils/vllm_logs.py).
 
-Documented in its sidecar file ``service_first_error.yml``.
+Documented in their sidecar files ``service_first_error.yml``, ``service_error_lines.yml``, ``service_lost_ranks.yml``.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -26,8 +27,14 @@ def service_error_lines(lines):
     return [line for line in lines or [] if isinstance(line, str) and vllm_logs.ERROR_RE.search(line)]
 
 
+def service_lost_ranks(reports, head):
+    """The worker ranks the head's engine lost (see vllm_logs.lost_ranks)."""
+    return vllm_logs.lost_ranks(reports, head)
+
+
 class FilterModule(object):
     """Serving-unit log filters."""
 
     def filters(self):
-        return {'service_first_error': service_first_error, 'service_error_lines': service_error_lines}
+        return {'service_first_error': service_first_error, 'service_error_lines': service_error_lines,
+                'service_lost_ranks': service_lost_ranks}

@@ -1,11 +1,14 @@
 # -*- coding: utf-8 -*-
-"""plugins/module_utils/vllm_logs.py and the service_first_error / service_error_lines filters: which node's
-rank log shows the first error (journalctl -o short-unix and docker logs --timestamps lines)."""
+"""plugins/module_utils/vllm_logs.py and the service_first_error / service_error_lines / service_lost_ranks filters:
+which node's rank log shows the first error (journalctl -o short-unix and docker logs --timestamps lines), and which
+worker ranks a hung head lost (systemctl show --timestamp=unix and docker inspect state lines)."""
 
 from __future__ import annotations
 
 from ansible_collections.dgxspark.cluster.plugins.filter.service_logs import FilterModule
-from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_logs import first_error, line_time, strip_times
+import pytest
+
+from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_logs import first_error, line_time, lost_ranks, strip_times, unit_state
 
 FILTERS = FilterModule().filters()
 
@@ -56,3 +59,51 @@ def test_filters_strip_the_time_and_keep_error_lines():
              'dgxspark_nccl_resolve.py: FAILED: no GID carries this address', 'Failed to start dgxspark-vllm.service',
              'INFO ready']
     assert FILTERS['service_error_lines'](lines) == lines[1:4]
+
+
+# ---------------------------------------------------------------------------- lost ranks (a hung head)
+
+HEAD_STATE = ('ActiveState=active SubState=running Result=success NRestarts=0 MainPID=900 '
+              'ExecMainStartTimestamp=@1764601700')
+
+
+@pytest.mark.parametrize('state, why', [
+    ('ActiveState=inactive SubState=dead Result=success NRestarts=0 MainPID=0 ExecMainStartTimestamp=',
+     'its unit is inactive (dead, result success)'),
+    ('ActiveState=failed SubState=failed Result=start-limit-hit NRestarts=4 MainPID=0 ExecMainStartTimestamp=@1764601800',
+     'its unit is failed (failed, result start-limit-hit)'),
+    ('ActiveState=activating SubState=auto-restart Result=exit-code NRestarts=2 MainPID=0 ExecMainStartTimestamp=@1764601800',
+     'its unit is activating (auto-restart, result exit-code)'),
+    ('ActiveState=active SubState=running Result=success NRestarts=1 MainPID=1234 ExecMainStartTimestamp=@1764601790',
+     "its rank's process started at 15:09:50 UTC, after the head's (15:08:20 UTC): the head's engine lost the one it formed with"),
+    ('ActiveState=active SubState=running Result=success MainPID=0 ExecMainStartTimestamp=@1764601600',
+     "its rank's process is gone (no main process)"),
+    ('(unreachable)', 'its state could not be read ((unreachable))'),
+], ids=['stopped', 'start-limit-hit', 'auto-restart', 'restarted-after-the-head', 'no-main-process', 'unreachable'])
+def test_a_gone_worker_is_named_with_why(state, why):
+    reports = [{'host': 'spark-head', 'rank': 0, 'state': HEAD_STATE}, {'host': 'spark-worker', 'rank': 1, 'state': state}]
+    assert lost_ranks(reports, 'spark-head') == [{'host': 'spark-worker', 'rank': 1, 'why': why}]
+    assert FILTERS['service_lost_ranks'](reports, 'spark-head') == lost_ranks(reports, 'spark-head')
+
+
+def test_a_worker_that_started_before_the_head_and_runs_is_not_gone():
+    worker = 'ActiveState=active SubState=running Result=success NRestarts=0 MainPID=700 ExecMainStartTimestamp=@1764601690'
+    assert lost_ranks([{'host': 'spark-head', 'rank': 0, 'state': HEAD_STATE},
+                       {'host': 'spark-worker', 'rank': 1, 'state': worker}], 'spark-head') == []
+
+
+def test_the_container_kind_reads_the_containers_state():
+    head = 'ActiveState=active SubState=exited Result=success MainPID=0 Running=true StartedAt=2025-12-01T15:08:20.123456789Z'
+    stopped = 'ActiveState=active SubState=exited Result=success MainPID=0 Running=false StartedAt=2025-12-01T15:00:00Z'
+    later = 'ActiveState=active SubState=exited Result=success MainPID=0 Running=true StartedAt=2025-12-01T15:09:50.5Z'
+    earlier = 'ActiveState=active SubState=exited Result=success MainPID=0 Running=true StartedAt=2025-12-01T15:00:00Z'
+    base = [{'host': 'h', 'rank': 0, 'state': head}]
+    assert lost_ranks(base + [{'host': 'w', 'rank': 1, 'state': stopped}], 'h')[0]['why'] == 'its container does not run'
+    assert lost_ranks(base + [{'host': 'w', 'rank': 1, 'state': later}], 'h')[0]['why'].startswith(
+        "its rank's process started at 15:09:50 UTC, after the head's (15:08:20 UTC)")
+    assert lost_ranks(base + [{'host': 'w', 'rank': 1, 'state': earlier}], 'h') == []
+
+
+def test_unit_state_reads_key_value_pairs():
+    assert unit_state(HEAD_STATE)['ExecMainStartTimestamp'] == '@1764601700'
+    assert unit_state('') == {}

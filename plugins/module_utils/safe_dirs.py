@@ -182,4 +182,3 @@ def open_child_directory(dir_fd, name, path):
         raise UnsafePath('%s is a symbolic link (to %s); expected a directory (a link is not followed)'
                          % (path, os.readlink(name, dir_fd=dir_fd)))
     return _open_dir(name, dir_fd, path)
-

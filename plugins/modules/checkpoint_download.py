@@ -310,8 +310,8 @@ def main():
     if result["finished"] and result["exit_status"] != 0:
         log_tail = hf_download.tail(p["log"]) if p["log"] else ""
         result["msg"] = ("hf download ended with %s (rc %s) at %s. The files already finished stay in %s; a re-run "
-                         "fetches only the others, each unfinished file from its start. Its log (%s): %s" % (result["reason"], result["exit_status"], result["msg"],
-                                                             p["cache_dir"], p["log"], log_tail))
+                         "fetches only the others, each unfinished file from its start. Its log (%s): %s"
+                         % (result["reason"], result["exit_status"], result["msg"], p["cache_dir"], p["log"], log_tail))
         module.fail_json(**result)
     module.exit_json(changed=False, **result)
 

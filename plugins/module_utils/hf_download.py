@@ -31,9 +31,10 @@ from __future__ import annotations
 import os
 import re
 import signal
+import stat
 import time
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils import hf_cache
+from ansible_collections.dgxspark.cluster.plugins.module_utils import hf_cache, safe_dirs
 
 UNIT = "dgxspark-checkpoint-download"
 SHOW_PROPERTIES = ("ActiveState", "SubState", "Result", "ExecMainStatus", "ExecMainCode", "MainPID",
@@ -273,6 +274,36 @@ def stale_partials(repo_dir):
         return []
     return sorted(os.path.join(base, n) for n in names
                   if n.endswith(".incomplete") and n.split(".", 1)[0] in names)
+
+
+def remove_stale_partials(repo_dir):
+    """Remove the ``stale_partials`` of ``repo_dir``; returns the names removed.
+
+    The cache belongs to the checkpoint user, so root removes only through a descriptor of ``blobs`` opened without
+    following a link (``safe_dirs``: a link on the way raises ``UnsafePath``), and only regular files: a ``blobs``
+    swapped for a link to another directory between the listing and the removal is never followed.
+    """
+    names = [os.path.basename(path) for path in stale_partials(repo_dir)]
+    if not names:
+        return []
+    repo_fd = safe_dirs.open_directory(repo_dir)
+    try:
+        blobs_fd = safe_dirs.open_child_directory(repo_fd, "blobs", os.path.join(repo_dir, "blobs"))
+    finally:
+        os.close(repo_fd)
+    removed = []
+    try:
+        for name in names:
+            try:
+                if not stat.S_ISREG(os.stat(name, dir_fd=blobs_fd, follow_symlinks=False).st_mode):
+                    continue
+                os.unlink(name, dir_fd=blobs_fd)
+            except OSError:
+                continue
+            removed.append(name)
+    finally:
+        os.close(blobs_fd)
+    return removed
 
 
 def tail(path, lines=20, limit=4000):

@@ -176,7 +176,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils import hf_cache, hf_download
+from ansible_collections.dgxspark.cluster.plugins.module_utils import hf_cache, hf_download, safe_dirs
 
 
 def show(module, unit):
@@ -301,12 +301,10 @@ def main():
         module.run_command(["systemctl", "stop", unit + ".service"])
         module.run_command(["systemctl", "reset-failed", unit + ".service"])
         if result["exit_status"] == 0:
-            for path in hf_download.stale_partials(p["repo_dir"]):
-                try:
-                    os.unlink(path)
-                    result["stale_partials"].append(os.path.basename(path))
-                except OSError:
-                    continue
+            try:
+                result["stale_partials"] = hf_download.remove_stale_partials(p["repo_dir"])
+            except (OSError, safe_dirs.UnsafePath) as error:
+                result["msg"] = "%s: unfinished files left in place: %s" % (p["repo_dir"], error)
     if result["finished"] and result["exit_status"] != 0:
         log_tail = hf_download.tail(p["log"]) if p["log"] else ""
         result["msg"] = ("hf download ended with %s (rc %s) at %s. The files already finished stay in %s; a re-run "

@@ -404,3 +404,42 @@ def test_prune_removes_a_planned_name_turned_link_as_the_link(owned_cache):
     hc.prune(str(repo), plan)
     assert not os.path.lexists(repo / "snapshots" / other)
     assert (victim / "keep" / "file").read_bytes() == b"root's\n"
+
+
+def test_stale_partials_are_removed_only_inside_the_blobs_directory_opened(owned_cache):
+    """checkpoint_download removes the unfinished files of finished blobs as root: through a descriptor of blobs/,
+    never through a blobs/ the user swapped for a link to a root directory holding files of the same names."""
+    from ansible_collections.dgxspark.cluster.plugins.module_utils import hf_download as hd
+    repo, victim, uid = owned_cache["repo"], owned_cache["victim"], owned_cache["uid"]
+    blob = sorted(os.listdir(repo / "blobs"))[0]
+    (repo / "blobs" / (blob + ".1b8b7324.incomplete")).write_bytes(b"partial")
+    if ROOT:
+        give_tree(str(repo), uid)
+    (victim / blob).write_bytes(b"root's\n")
+    (victim / (blob + ".1b8b7324.incomplete")).write_bytes(b"root's\n")
+    state = {"done": False}
+
+    real_open_directory = hd.safe_dirs.open_directory
+
+    def swap_then_open(path):   # the swap lands between the listing and the removal
+        if not state["done"]:
+            state["done"] = True
+            as_user(uid, lambda: (os.rename(repo / "blobs", repo / "blobs.real"),
+                                  os.symlink(str(victim), str(repo / "blobs"))))
+        return real_open_directory(path)
+
+    with mock.patch.object(hd.safe_dirs, "open_directory", swap_then_open):
+        with pytest.raises(hd.safe_dirs.UnsafePath):
+            hd.remove_stale_partials(str(repo))
+    assert state["done"]
+    assert sorted(os.listdir(victim)) == sorted(["precious", blob, blob + ".1b8b7324.incomplete"])
+    assert (victim / (blob + ".1b8b7324.incomplete")).read_bytes() == b"root's\n"
+
+
+def test_stale_partials_removed_in_a_clean_tree(owned_cache):
+    from ansible_collections.dgxspark.cluster.plugins.module_utils import hf_download as hd
+    repo = owned_cache["repo"]
+    blob = sorted(os.listdir(repo / "blobs"))[0]
+    (repo / "blobs" / (blob + ".1b8b7324.incomplete")).write_bytes(b"partial")
+    assert hd.remove_stale_partials(str(repo)) == [blob + ".1b8b7324.incomplete"]
+    assert (repo / "blobs" / blob).exists() and not (repo / "blobs" / (blob + ".1b8b7324.incomplete")).exists()

@@ -51,18 +51,24 @@ def load_script(path: Path, name: str) -> ModuleType:
     return module
 
 
-def ledger_items(text: str) -> set[str]:
-    """Every name in backticks in the first column of a table row of the ledger."""
-    items: set[str] = set()
+def ledger_rows(text: str) -> dict[str, str]:
+    """Every name in backticks in the first column of a table row of the ledger -> that row's last column (source)."""
+    rows: dict[str, str] = {}
     for line in text.splitlines():
         if not line.startswith("|"):
             continue
-        cells = line.strip().strip("|").split("|")
-        first = cells[0].strip() if cells else ""
+        cells = re.split(r"(?<!\\)\|", line.strip().strip("|"))
+        first = cells[0].strip()
         if not first or set(first) <= set("-: "):
             continue
-        items.update(name.strip() for name in CELL_NAME.findall(first))
-    return items
+        for name in CELL_NAME.findall(first):
+            rows[name.strip()] = cells[-1].strip() if len(cells) > 1 else ""
+    return rows
+
+
+def ledger_items(text: str) -> set[str]:
+    """Every name in backticks in the first column of a table row of the ledger."""
+    return set(ledger_rows(text))
 
 
 def family(name: str) -> str:
@@ -123,8 +129,9 @@ def test_family_replaces_versions_kernels_and_branches():
 
 def test_ledger_items_reads_first_columns_only():
     text = ("| item | real form | source |\n| --- | --- | --- |\n| `a`, `b` | `c` | `d` |\n"
-            "| --- | x | y |\nnot a row `e`\n")
-    assert ledger_items(text) == {"a", "b"}
+            "| --- | x | y |\nnot a row `e`\n| `f` | `g \\| h` | |\n")
+    assert ledger_items(text) == {"a", "b", "f"}
+    assert ledger_rows(text)["a"] == "`d`" and ledger_rows(text)["f"] == ""
 
 
 def test_the_lists_come_from_the_code():
@@ -137,8 +144,8 @@ def test_the_lists_come_from_the_code():
 @pytest.mark.parametrize("kind, names", [("faults", faults), ("stand-in executables", standins),
                                          ("apt package families", families)], ids=["faults", "standins", "apt"])
 def test_every_item_has_a_ledger_row(kind, names):
-    have = ledger_items(LEDGER.read_text())
-    missing = [name for name in names() if name not in have]
-    assert not missing, ("sim/SOURCES.md has no row for %s %s: add a row whose first column names it in backticks, "
-                         "with its real source or 'worst case: <why>' (docs/development.md)"
+    rows = ledger_rows(LEDGER.read_text())
+    missing = [name for name in names() if not rows.get(name)]
+    assert not missing, ("sim/SOURCES.md has no row (or a row with an empty source) for %s %s: add a row whose first "
+                         "column names it in backticks, with its real source or 'worst case: <why>' (docs/development.md)"
                          % (kind, ", ".join(missing)))

@@ -5,7 +5,8 @@
 
 The parsers live in plugins/module_utils/nvidia_stack.py; each filter is
 documented in its own sidecar file (driver_state.yml, proc_driver_version.yml,
-nvcc_release.yml, apt_simulation.yml, module_builds.yml, driver_target.yml).
+nvcc_release.yml, apt_simulation.yml, module_builds.yml, driver_target.yml,
+kernel_set.yml, kernel_offer.yml).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -16,6 +17,8 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.nvidia_stack impo
     apt_simulation,
     driver_state,
     driver_target,
+    kernel_offer,
+    kernel_set,
     module_builds,
     nvcc_release,
     proc_driver_version,
@@ -33,4 +36,6 @@ class FilterModule(object):
             "apt_simulation": apt_simulation,
             "module_builds": module_builds,
             "driver_target": driver_target,
+            "kernel_set": kernel_set,
+            "kernel_offer": kernel_offer,
         }

@@ -471,3 +471,100 @@ def apt_simulation(text):
         version = new if action == "Inst" else (current or "")
         actions.append({"action": action, "package": name, "version": version or ""})
     return actions
+
+
+# The kernel flavour's packages (Ubuntu's linux-nvidia-6.17 source and its meta and signed sources):
+# per release linux-image-6.17.0-1014-nvidia, linux-modules-6.17.0-1014-nvidia, linux-headers-6.17.0-1014-nvidia,
+# linux-tools-..., linux-buildinfo-..., linux-modules-nvidia-fs-... and the source-level
+# linux-nvidia-6.17-headers-6.17.0-1014; the flavour metapackages linux-nvidia-hwe-24.04,
+# linux-image-nvidia-hwe-24.04, linux-headers-nvidia-hwe-24.04, linux-tools-nvidia-hwe-24.04.
+_FLAVOUR_SUFFIX_RE = re.compile(r"^(.+?)(?:-hwe)?-\d{2}\.\d{2}$")
+_ABI_RE = re.compile(r"^(\d+\.\d+\.\d+-\d+)-(.+)$")
+
+
+def flavour_kernel_suffix(flavour):
+    """The kernel release suffix of a flavour metapackage's flavour: nvidia-hwe-24.04 -> nvidia,
+    nvidia-64k-hwe-24.04 -> nvidia-64k, generic-hwe-24.04 -> generic, nvidia -> nvidia."""
+    match = _FLAVOUR_SUFFIX_RE.match(flavour or "")
+    return match.group(1) if match else (flavour or "")
+
+
+def kernel_set(dpkg_text, kernel=""):
+    """The installed packages of the running kernel's flavour, the ones held with the driver.
+
+    ``dpkg_text`` is dpkg-query's ``${Package}\\t${db:Status-Abbrev}\\t${Version}`` for ``linux-*``;
+    ``kernel`` the running release (6.17.0-1014-nvidia). The flavour is every installed
+    ``linux-image-<flavour>`` metapackage whose kernels end like the running one (nvidia-hwe-24.04 for
+    ``-nvidia``), or, with none installed, the running kernel's suffix alone. Returns::
+
+        {"flavours": ["nvidia-hwe-24.04"], "suffix": "nvidia",
+         "releases": ["6.17.0-1014-nvidia"],               # installed linux-image-<release> of the flavour
+         "packages": {"linux-image-nvidia-hwe-24.04": "6.17.0-1014.14",
+                      "linux-modules-6.17.0-1014-nvidia": "6.17.0-1014.14", ...},
+         "blacklist": ["linux-(.+-)?nvidia-hwe-24\\\\.04$", ...]}   # unattended-upgrades regular expressions
+
+    The NVIDIA precompiled module packages (linux-modules-nvidia-<branch>-open-*) are the driver's, not in
+    ``packages``; the blacklist covers them with the rest of the flavour. ``blacklist`` entries are Python
+    regular expressions as unattended-upgrades matches them (``re.match``: anchored at the start of the
+    package name, so each ends with ``$``): every flavour metapackage, every release of the flavour's suffix
+    (also releases not installed yet) and the source-level headers and tools packages of its ABIs; never
+    another flavour (``-nvidia-64k``), linux-firmware or linux-libc-dev.
+    """
+    packages = [p for p in parse_dpkg_query(dpkg_text) if p["installed"]]
+    names = dict((p["package"], p["version"]) for p in packages)
+    match = _ABI_RE.match(kernel or "")
+    suffix = match.group(2) if match else ""
+    flavours = []
+    for name in names:
+        meta = _IMAGE_META_RE.match(name)
+        if meta and (not suffix or flavour_kernel_suffix(meta.group(1)) == suffix):
+            flavours.append(meta.group(1))
+    flavours.sort()
+    if not suffix and flavours:
+        suffix = flavour_kernel_suffix(flavours[0])
+    releases = sorted(n[len("linux-image-"):] for n in names if n.startswith("linux-image-")
+                      and _ABI_RE.match(n[len("linux-image-"):])
+                      and _ABI_RE.match(n[len("linux-image-"):]).group(2) == suffix)
+    abis = sorted(set(_ABI_RE.match(r).group(1) for r in releases))
+    chosen = {}
+    for name, version in names.items():
+        if not name.startswith("linux-") or MODULES_RE.match(name):
+            continue
+        if any(name == "linux-" + f or name.endswith("-" + f) for f in flavours):
+            chosen[name] = version
+        elif any(name.endswith("-" + r) for r in releases):
+            chosen[name] = version
+        elif any(re.match(r"^linux-%s(-[0-9.]+)?-(headers|tools|cloud-tools)-%s$" % (re.escape(suffix), re.escape(a)), name)
+                 for a in abis):
+            chosen[name] = version
+    blacklist = ["linux-(.+-)?%s$" % re.escape(f) for f in flavours]
+    if suffix:
+        blacklist.append(r"linux-.+-[0-9]+\.[0-9]+\.[0-9]+-[0-9]+-%s$" % re.escape(suffix))
+        blacklist.append(r"linux-%s(-[0-9.]+)?-(headers|tools|cloud-tools)-[0-9]+\.[0-9]+\.[0-9]+-[0-9]+$"
+                         % re.escape(suffix))
+    return {"flavours": flavours, "suffix": suffix, "releases": releases, "packages": chosen,
+            "blacklist": blacklist}
+
+
+def kernel_offer(apt_show_text, flavour):
+    """The newest version of ``linux-image-<flavour>`` the repositories offer and the kernel it installs.
+
+    ``apt_show_text`` is ``apt-cache show linux-image-<flavour>`` (one stanza per version; the metapackage
+    depends on its kernel with ``linux-image-<release> (= version)``). Returns
+    ``{"version": "6.17.0-1026.26", "release": "6.17.0-1026-nvidia"}``, empty strings when none is offered.
+    """
+    best = None
+    for entry in parse_apt_cache_show(apt_show_text):
+        if entry["package"] != "linux-image-%s" % flavour:
+            continue
+        if best is None or compare_versions(entry["version"], best["version"]) > 0:
+            best = entry
+    if best is None:
+        return {"version": "", "release": ""}
+    release = ""
+    for name, op, bound in _relations(best):
+        rel = name[len("linux-image-"):] if name.startswith("linux-image-") else ""
+        if rel and KERNEL_RELEASE_RE.match(rel):
+            release = rel
+            break
+    return {"version": best["version"], "release": release}

@@ -112,7 +112,7 @@ def test_stock_dgx_os_package_set(repo):
     assert ("nvidia-driver-pinning-580.173.02", "580.173.02-1") in stanzas
     assert [v for (n, v) in stanzas if n == "nvidia-modprobe"] == ["580.126.09-1ubuntu1"]
     # a module build never names its driver with = (no real one does; the driver metapackage and nvidia-dkms do)
-    assert not [f for (n, _v), f in stanzas.items() if n.startswith("linux-modules-") and "kernel-common-580 (=" in f["Depends"]]
+    assert not [f for (n, _v), f in stanzas.items() if n.startswith("linux-modules-nvidia-") and "kernel-common-580 (=" in f["Depends"]]
 
 
 def test_ubuntu_archive_form(repo):
@@ -146,3 +146,44 @@ def test_precompiled_module_path_and_dkms_build(repo, tmp_path):
     subprocess.run(["dpkg-deb", "-x", str(dkms), str(tmp_path)], check=True)
     hook = (tmp_path / "etc" / "kernel" / "postinst.d" / "dkms").read_text()
     assert "/lib/modules/$kernel/updates/dkms/nvidia.ko" in hook and "version=580.173.02" in hook
+
+
+def _read_stanzas(path):
+    found = {}
+    for block in path.read_text().strip().split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line and not line.startswith(" "))
+        found[(fields["Package"], fields["Version"])] = fields
+    return found
+
+
+def test_kernel_flavour_packages(repo):
+    """The flavour as Ubuntu's linux-nvidia-6.17 sources name it: image (Depends its modules), modules, headers per
+    release; the image, headers and linux-nvidia-hwe-24.04 metapackages (= on their kernel's packages)."""
+    _out, stanzas, _src = repo
+    assert stanzas[("linux-image-6.17.0-1014-nvidia", "6.17.0-1014.14")]["Depends"] == \
+        "linux-modules-6.17.0-1014-nvidia (= 6.17.0-1014.14)"
+    assert ("linux-modules-6.17.0-1026-nvidia", "6.17.0-1026.26") in stanzas
+    assert stanzas[("linux-headers-nvidia-hwe-24.04", "6.17.0-1026.26")]["Depends"] == \
+        "linux-headers-6.17.0-1026-nvidia (= 6.17.0-1026.26)"
+    assert stanzas[("linux-nvidia-hwe-24.04", "6.17.0-1014.14")]["Depends"] == \
+        "linux-image-nvidia-hwe-24.04 (= 6.17.0-1014.14), linux-headers-nvidia-hwe-24.04 (= 6.17.0-1014.14)"
+
+
+@pytest.mark.parametrize("form, rev", [("", "-1ubuntu1"), ("ubuntu", "-0ubuntu0.24.04.1")])
+def test_advanced_archive(repo, form, rev):
+    """OUTDIR[/ubuntu]/advanced: a newer kernel whose module builds need the newest point release; the superseded
+    point releases and older kernels gone (worst case); signed like the others (a Release of its own)."""
+    out, _stanzas, _src = repo
+    base = out / form if form else out
+    adv = _read_stanzas(base / "advanced" / "Packages")
+    assert sorted(v for (n, v) in adv if n == "libnvidia-compute-580") == ["580.178.04" + rev]
+    assert sorted(v for (n, v) in adv if n == "linux-image-nvidia-hwe-24.04") == ["6.17.0-1035.35"]
+    assert sorted(v for (n, v) in adv if n == "linux-modules-nvidia-580-open-6.17.0-1035-nvidia") == ["6.17.0-1035.35+4"]
+    assert not [n for (n, _v) in adv if "6.17.0-1014" in n or "6.17.0-1026" in n]
+    assert (base / "advanced" / "Release").read_text().startswith("Origin: spark-sim ")
+    sys.path.insert(0, str(REPO / "collections"))
+    from ansible_collections.dgxspark.cluster.plugins.module_utils import nvidia_stack as ns
+    text = (base / "advanced" / "Packages").read_text()
+    assert ns.module_builds(text, "580.173.02" + rev) == {}
+    assert ns.module_builds(text, "580.178.04" + rev)["linux-modules-nvidia-580-open-6.17.0-1035-nvidia"] == \
+        ["6.17.0-1035.35+4"]

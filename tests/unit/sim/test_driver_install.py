@@ -141,7 +141,8 @@ def test_spark_sim_installs_what_the_inventory_says_a_node_ships_with(tmp_path):
         "          dgxspark_fabric_rails: [{netdev: enp1s0f1np1, ipv4: 192.168.250.4}]\n"
         "          spark_sim_driver_profile: dkms\n          spark_sim_driver_version: 580.159.03\n")
     sim = _spark_sim_module().Sim(str(inv))
-    kernel = ["linux-image-nvidia-hwe-24.04=6.17.0-1014.14", "linux-image-6.17.0-1014-nvidia=6.17.0-1014.14"]
+    kernel = ["linux-nvidia-hwe-24.04=6.17.0-1014.14", "linux-image-nvidia-hwe-24.04=6.17.0-1014.14",
+              "linux-headers-nvidia-hwe-24.04=6.17.0-1014.14", "linux-image-6.17.0-1014-nvidia=6.17.0-1014.14"]
     assert sim.preinstalled("a") == kernel + [
         "nvidia-driver-580-open=580.173.02-*", "nvidia-kernel-common-580=580.173.02-*",
         "nvidia-utils-580=580.173.02-*", "libnvidia-compute-580=580.173.02-*", "libnvidia-common-580=580.173.02-*",

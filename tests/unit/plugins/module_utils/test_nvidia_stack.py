@@ -294,3 +294,104 @@ def test_driver_target():
     assert ns.driver_target(UBUNTU, "580", M1014, ["580.142", "580.159.03"]) == "580.159.03-0ubuntu0.24.04.1"
     assert ns.driver_target(DGX, "580.159.03") == "580.159.03-1ubuntu1"   # DKMS: no module constraint
     assert ns.driver_target(DGX, "580.178.04") == ""
+
+
+# --------------------------------------------------------------------------- the kernel flavour held with the driver
+# Names from Ubuntu's linux-nvidia-6.17 source (6.17.0-1017.17 .dsc: linux-modules-, linux-headers-, linux-tools-,
+# linux-buildinfo-, linux-modules-nvidia-fs-<abi>-nvidia, linux-nvidia-6.17-headers-<abi>, the -nvidia-64k twins).
+KERNEL_DPKG = dpkg(
+    ("linux-nvidia-hwe-24.04", "ii ", "6.17.0-1014.14"),
+    ("linux-image-nvidia-hwe-24.04", "ii ", "6.17.0-1014.14"),
+    ("linux-headers-nvidia-hwe-24.04", "ii ", "6.17.0-1014.14"),
+    ("linux-image-6.17.0-1014-nvidia", "ii ", "6.17.0-1014.14"),
+    ("linux-modules-6.17.0-1014-nvidia", "ii ", "6.17.0-1014.14"),
+    ("linux-headers-6.17.0-1014-nvidia", "ii ", "6.17.0-1014.14"),
+    ("linux-nvidia-6.17-headers-6.17.0-1014", "ii ", "6.17.0-1014.14"),
+    ("linux-modules-nvidia-580-open-6.17.0-1014-nvidia", "hi ", "6.17.0-1014.14+3"),
+    ("linux-modules-nvidia-580-open-nvidia-hwe-24.04", "ii ", "6.17.0-1014.14+3"),
+    ("linux-image-6.11.0-1016-nvidia-64k", "ii ", "6.11.0-1016.16"),
+    ("linux-image-6.8.0-40-generic", "rc ", "6.8.0-40.40"),
+    ("linux-firmware", "ii ", "20240318.git3b128b60-0ubuntu2"),
+    ("linux-libc-dev", "ii ", "6.8.0-90.91"),
+)
+
+
+def test_kernel_set_holds_the_flavour_and_nothing_else():
+    got = ns.kernel_set(KERNEL_DPKG, "6.17.0-1014-nvidia")
+    assert got["flavours"] == ["nvidia-hwe-24.04"]
+    assert got["suffix"] == "nvidia"
+    assert got["releases"] == ["6.17.0-1014-nvidia"]
+    assert sorted(got["packages"]) == [
+        "linux-headers-6.17.0-1014-nvidia", "linux-headers-nvidia-hwe-24.04", "linux-image-6.17.0-1014-nvidia",
+        "linux-image-nvidia-hwe-24.04", "linux-modules-6.17.0-1014-nvidia", "linux-nvidia-6.17-headers-6.17.0-1014",
+        "linux-nvidia-hwe-24.04"]
+    assert got["packages"]["linux-image-nvidia-hwe-24.04"] == "6.17.0-1014.14"
+
+
+@pytest.mark.parametrize("name, covered", [
+    ("linux-image-nvidia-hwe-24.04", True),
+    ("linux-headers-nvidia-hwe-24.04", True),
+    ("linux-nvidia-hwe-24.04", True),
+    ("linux-tools-nvidia-hwe-24.04", True),
+    ("linux-modules-nvidia-580-open-nvidia-hwe-24.04", True),
+    ("linux-image-6.17.0-1035-nvidia", True),             # a release not installed yet
+    ("linux-modules-6.17.0-1035-nvidia", True),
+    ("linux-headers-6.17.0-1014-nvidia", True),
+    ("linux-modules-nvidia-fs-6.17.0-1017-nvidia", True),
+    ("linux-modules-nvidia-580-open-6.17.0-1035-nvidia", True),
+    ("linux-nvidia-6.17-headers-6.17.0-1035", True),
+    ("linux-nvidia-6.17-tools-6.17.0-1035", True),
+    ("linux-image-6.17.0-1035-nvidia-64k", False),        # another flavour
+    ("linux-image-nvidia-64k-hwe-24.04", False),
+    ("linux-image-generic-hwe-24.04", False),
+    ("linux-image-6.8.0-40-generic", False),
+    ("linux-firmware", False),
+    ("linux-libc-dev", False),
+    ("linux-base", False),
+    ("nvidia-hwe-24.04", False),
+])
+def test_kernel_blacklist_matches_as_unattended_upgrades_does(name, covered):
+    """unattended-upgrades' is_pkgname_in_blacklist: any(re.match(regexp, pkgname) for regexp in blacklist)."""
+    import re
+    blacklist = ns.kernel_set(KERNEL_DPKG, "6.17.0-1014-nvidia")["blacklist"]
+    assert any(re.match(regexp, name) for regexp in blacklist) is covered
+
+
+def test_kernel_set_without_a_flavour_metapackage_uses_the_running_suffix():
+    got = ns.kernel_set(dpkg(("linux-image-6.17.0-1014-nvidia", "ii ", "6.17.0-1014.14"),
+                             ("linux-modules-6.17.0-1014-nvidia", "ii ", "6.17.0-1014.14")), "6.17.0-1014-nvidia")
+    assert got["flavours"] == []
+    assert sorted(got["packages"]) == ["linux-image-6.17.0-1014-nvidia", "linux-modules-6.17.0-1014-nvidia"]
+    assert got["blacklist"][0].endswith("-nvidia$")
+
+
+@pytest.mark.parametrize("flavour, suffix", [("nvidia-hwe-24.04", "nvidia"), ("nvidia-64k-hwe-24.04", "nvidia-64k"),
+                                             ("generic-hwe-24.04", "generic"), ("nvidia", "nvidia")])
+def test_flavour_kernel_suffix(flavour, suffix):
+    assert ns.flavour_kernel_suffix(flavour) == suffix
+
+
+IMAGE_META_SHOW = """Package: linux-image-nvidia-hwe-24.04
+Version: 6.17.0-1014.14
+Depends: linux-image-6.17.0-1014-nvidia (= 6.17.0-1014.14)
+
+Package: linux-image-nvidia-hwe-24.04
+Version: 6.17.0-1035.35
+Depends: linux-image-6.17.0-1035-nvidia (= 6.17.0-1035.35)
+
+Package: linux-image-nvidia-hwe-24.04
+Version: 6.17.0-1026.26
+Depends: linux-image-6.17.0-1026-nvidia (= 6.17.0-1026.26)
+"""
+
+
+def test_kernel_offer_is_the_newest_version_and_its_kernel():
+    assert ns.kernel_offer(IMAGE_META_SHOW, "nvidia-hwe-24.04") == {"version": "6.17.0-1035.35",
+                                                                   "release": "6.17.0-1035-nvidia"}
+    assert ns.kernel_offer("", "nvidia-hwe-24.04") == {"version": "", "release": ""}
+
+
+def test_kernel_filters_are_registered():
+    filters = FilterModule().filters()
+    assert filters["kernel_set"] is ns.kernel_set
+    assert filters["kernel_offer"] is ns.kernel_offer

@@ -151,7 +151,7 @@ def test_spark_sim_installs_what_the_inventory_says_a_node_ships_with(tmp_path):
         "nvidia-firmware-580-580.173.02", "nvidia-modprobe", "cuda-toolkit-13-0"]
     assert sim.preinstalled("b") == kernel + ["nvidia-modprobe", "cuda-toolkit-13-0"]
     assert sim.node_options("b")["driver_version"] is None
-    assert sim.preinstalled("c")[2] == "nvidia-driver-open=590.48.01-*"
+    assert sim.preinstalled("c")[4] == "nvidia-driver-open=590.48.01-*"
     assert sim.preinstalled("c")[-3:] == ["cuda-toolkit-13-0", "cuda-toolkit-13-3", "nvidia-driver-pinning-580"]
     # a Spark reinstalled with plain Ubuntu: DKMS, no precompiled module, no nvidia-modprobe
     assert sim.preinstalled("d") == kernel + [

@@ -11,10 +11,14 @@ comparison flags a slow-decode run against a healthy one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import socket
 import sys
+import threading
+import time
+import types
 from pathlib import Path
 from unittest import mock
 
@@ -31,7 +35,9 @@ SRC = Path(__file__).resolve().parents[3] / 'sim' / 'vllm-standin' / 'src'
 sys.path.insert(0, str(SRC))
 
 from vllm import engine as behaviour  # noqa: E402  (the stand-in, from sim/vllm-standin/src)
+from vllm import server as server_module  # noqa: E402
 from vllm.server import ApiServer, Engine  # noqa: E402
+from ansible_collections.dgxspark.cluster.plugins.module_utils import vllm_api  # noqa: E402
 
 PREFILL, DECODE = 10000.0, 250.0
 KEY = 'sk-guards-test'
@@ -73,8 +79,59 @@ def standin(tmp_path_factory):
     s.api.stop()
 
 
+class VirtualClock:
+    """Time that passes only when the stand-in's engine waits out its simulated prefill and decode.
+
+    The warm-up guard compares the wall time of consecutive passes within 5% (or 10 ms): ~0.13 s passes on a
+    machine at load 15 differ by more than that, and the test failed now and then under load (issue 23). On this
+    clock a pass takes exactly the engine's simulated time, whatever the machine does. Only for guards that send
+    one request at a time and read the time when no request runs (the warm-up); the concurrent ones need real
+    overlap.
+    """
+
+    def __init__(self):
+        self.now = 1000.0
+        self.lock = threading.Lock()
+
+    def monotonic(self):
+        with self.lock:
+            return self.now
+
+    def sleep(self, seconds):
+        with self.lock:
+            self.now += max(0.0, seconds)
+
+
+@contextlib.contextmanager
+def virtual_time():
+    clock = VirtualClock()
+    fake = types.SimpleNamespace(monotonic=clock.monotonic, sleep=clock.sleep, time=time.time)
+    with mock.patch.object(behaviour, 'time', fake), mock.patch.object(server_module, 'time', fake), \
+            mock.patch.object(vllm_api, 'time', fake):
+        yield clock
+
+
+# The guards whose figures are the time of one request at a time: run on the virtual clock.
+ON_VIRTUAL_TIME = ('warmup',)
+
+
 def run_guards(standin):
-    return {label: run(standin.client, PARAMS) for label, run in vllm_validate.GUARDS.values()}
+    verdicts = {}
+    for key, (label, run) in vllm_validate.GUARDS.items():
+        with (virtual_time() if key in ON_VIRTUAL_TIME else contextlib.nullcontext()):
+            verdicts[label] = run(standin.client, PARAMS)
+    return verdicts
+
+
+def test_the_warm_up_guard_reads_the_engines_time_not_the_machines(standin):
+    """Two passes of the same request take exactly the same simulated time: the guard agrees at the second pass."""
+    standin.set()
+    with virtual_time() as clock:
+        start = clock.monotonic()
+        verdict = vllm_validate.guard_warmup(standin.client, PARAMS)
+    assert verdict['passed'] and len(verdict['data']['times']) == 2, verdict
+    assert verdict['data']['times'][0] == verdict['data']['times'][1] > 0
+    assert clock.monotonic() - start == pytest.approx(sum(verdict['data']['times']), abs=1e-3)
 
 
 def test_healthy_engine_passes_every_guard(standin):

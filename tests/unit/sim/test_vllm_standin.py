@@ -452,18 +452,28 @@ def test_a_lost_worker_hangs_requests_until_the_execute_model_timeout(tmp_path, 
 
 
 def test_a_lost_worker_without_requests_leaves_the_head_up(tmp_path):
-    """The execute-model timeout runs only while a model step waits: an idle head stays up and answers /health."""
-    head, worker, port = start_pair(tmp_path, dict(HANG_ENV, VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS='1'))
+    """The execute-model timeout runs only while a model step waits: an idle head stays up and answers /health.
+    A worker started again cannot rejoin the formed engine: it stops, and the head logs nothing of it."""
+    env = dict(HANG_ENV, VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS='1')
+    head, worker, port = start_pair(tmp_path, env)
+    again = None
     try:
         wait_ready(port, [head, worker])
+        at_loss = len(head.log())
         worker.popen.kill()
         time.sleep(2.5)
         assert head.popen.poll() is None, head.log()
         assert request(port, '/health', key=None) == (200, b'')
         assert 'shared memory broadcast' not in head.log()
+        again = Proc(tmp_path, 'worker-again', list(worker.popen.args), env)
+        assert again.wait(10) == 1
+        assert 'cannot rejoin a running engine' in again.log()
+        assert 'ERROR' not in head.log()[at_loss:] and head.popen.poll() is None
     finally:
         head.stop()
         worker.stop()
+        if again is not None:
+            again.stop()
 
 
 def test_a_paused_worker_that_answers_again_lets_the_requests_finish(tmp_path):

@@ -144,6 +144,7 @@ class Head:
         rank = hello.get('node_rank')
         error = None
         fatal = False
+        quiet = False       # a worker back after its loss: the serving head logs nothing (the worker says why it stops)
         with self.lock:
             if not isinstance(rank, int) or not 1 <= rank < self.nnodes:
                 error = 'node rank %r is not a worker rank of this cluster (1..%d)' % (rank, self.nnodes - 1)
@@ -154,6 +155,7 @@ class Head:
                 error = 'node rank %d has already joined (from %s)' % (rank, self.peers[rank].address)
             elif self.all_joined.is_set():
                 error = 'the cluster is already formed; node rank %d cannot rejoin a running engine' % rank
+                quiet = True
             else:
                 diff = engine_args_diff(self.engine_args, hello.get('engine_args') or {})
                 if diff:
@@ -165,7 +167,8 @@ class Head:
                 self.peers[rank] = peer
                 joined = len([p for p in self.peers.values() if not p.closed])
         if error is not None:
-            log.error('dist', 'Rendezvous: rejected %s: %s', address, error)
+            if not quiet:
+                log.error('dist', 'Rendezvous: rejected %s: %s', address, error)
             try:
                 _send(sock, lock, {'type': 'reject', 'error': error})
             except OSError:

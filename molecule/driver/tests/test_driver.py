@@ -23,7 +23,11 @@ import pytest
 DRIVER = "580.173.02"
 USERSPACE = ["nvidia-driver-580-open", "nvidia-kernel-common-580", "nvidia-utils-580",
              "libnvidia-compute-580", "libnvidia-common-580"]
-KERNEL = "6.17.0-1026-nvidia"   # the flavour update side effect 1 installed and booted
+KERNEL = "6.17.0-1026-nvidia"   # the flavour update side effect 1 installed (driver_kernel_updates: with_module) and booted
+# the kernel flavour's packages, held and pinned with the driver (Ubuntu's linux-nvidia-6.17 names)
+FLAVOUR = ["linux-nvidia-hwe-24.04", "linux-image-nvidia-hwe-24.04", "linux-headers-nvidia-hwe-24.04"]
+RELEASES = ["linux-%s-%s" % (kind, rel) for kind in ("image", "modules", "headers")
+            for rel in ("6.17.0-1014-nvidia", KERNEL)]
 MODULES = ["linux-modules-nvidia-580-open-6.17.0-1014-nvidia", "linux-modules-nvidia-580-open-6.17.0-1026-nvidia"]
 
 
@@ -136,9 +140,10 @@ def test_loaded_module_matches_the_installed_driver(host):
 
 def test_reboots_only_for_the_kernel_update_and_each_driver_change(host):
     state = json.loads(host.file("/var/lib/spark-sim/state.json").content_string)
-    # every node: the reboot into the new kernel (side effect 1); spark-bare also the install (converge); the
-    # worker: install (converge), downgrade, enforce, 590, enforce = 6 reboots after its first boot
-    expected = {"spark-worker": 7, "spark-bare": 3}.get(host.backend.get_hostname(), 2)
+    # every node: the reboot into the new kernel (side effect 1) and the one after unattended-upgrades on the
+    # advanced archive (side effect 7); spark-bare also the install (converge); the worker: install (converge),
+    # downgrade, enforce, 590, enforce = 7 reboots after its first boot
+    expected = {"spark-worker": 8, "spark-bare": 4}.get(host.backend.get_hostname(), 3)
     assert state["boot"]["count"] == expected
     assert state["kernel"]["release"] == KERNEL
 
@@ -194,3 +199,24 @@ def test_nvidia_repo_where_it_was_added(host):
     fpr = host.file("/var/lib/spark-sim/apt/spark-sim.fingerprint").content_string.strip()
     keys = host.check_output("gpg --batch --with-colons --show-keys /etc/apt/keyrings/cuda-archive-keyring.asc")
     assert "fpr:::::::::%s:" % fpr in keys
+
+
+def test_kernel_flavour_is_held_pinned_and_blacklisted(host):
+    held = host.check_output("apt-mark showhold").split()
+    assert not set(FLAVOUR + RELEASES) - set(held), held
+    assert "linux-modules-nvidia-580-open-nvidia-hwe-24.04" in held or dkms(host)
+    pref = host.file("/etc/apt/preferences.d/dgxspark-kernel")
+    assert pref.mode == 0o644
+    assert re.search(r"^Package: .*linux-image-nvidia-hwe-24\.04.*\nPin: version 6\.17\.0-1026\.26\nPin-Priority: 1001$",
+                     pref.content_string, re.M), pref.content_string
+    policy = host.check_output("apt-cache policy linux-image-nvidia-hwe-24.04")
+    assert "Candidate: 6.17.0-1026.26" in policy, policy
+    dump = host.check_output("apt-config dump Unattended-Upgrade::Package-Blacklist")
+    for regexp in (r"linux-(.+-)?nvidia-hwe-24\.04$", r"linux-.+-[0-9]+\.[0-9]+\.[0-9]+-[0-9]+-nvidia$"):
+        assert 'Unattended-Upgrade::Package-Blacklist:: "%s";' % regexp in dump, dump
+    assert '"linux-";' not in dump and '"linux-";' not in dump.replace(" ", "")
+
+
+def test_dist_upgrade_leaves_the_kernel(host):
+    out = host.check_output("LC_ALL=C apt-get --simulate dist-upgrade")
+    assert not re.search(r"^(Inst|Remv) linux-", out, re.M), out

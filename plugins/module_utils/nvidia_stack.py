@@ -482,6 +482,11 @@ _FLAVOUR_SUFFIX_RE = re.compile(r"^(.+?)(?:-hwe)?-\d{2}\.\d{2}$")
 _ABI_RE = re.compile(r"^(\d+\.\d+\.\d+-\d+)-(.+)$")
 
 
+def _escape(text):
+    """re.escape without the escaped hyphens (Python 3.7+ escapes "-"): the blacklist reads as a package name."""
+    return re.escape(text).replace("\\-", "-")
+
+
 def flavour_kernel_suffix(flavour):
     """The kernel release suffix of a flavour metapackage's flavour: nvidia-hwe-24.04 -> nvidia,
     nvidia-64k-hwe-24.04 -> nvidia-64k, generic-hwe-24.04 -> generic, nvidia -> nvidia."""
@@ -537,11 +542,11 @@ def kernel_set(dpkg_text, kernel=""):
         elif any(re.match(r"^linux-%s(-[0-9.]+)?-(headers|tools|cloud-tools)-%s$" % (re.escape(suffix), re.escape(a)), name)
                  for a in abis):
             chosen[name] = version
-    blacklist = ["linux-(.+-)?%s$" % re.escape(f) for f in flavours]
+    blacklist = ["linux-(.+-)?%s$" % _escape(f) for f in flavours]
     if suffix:
-        blacklist.append(r"linux-.+-[0-9]+\.[0-9]+\.[0-9]+-[0-9]+-%s$" % re.escape(suffix))
+        blacklist.append(r"linux-.+-[0-9]+\.[0-9]+\.[0-9]+-[0-9]+-%s$" % _escape(suffix))
         blacklist.append(r"linux-%s(-[0-9.]+)?-(headers|tools|cloud-tools)-[0-9]+\.[0-9]+\.[0-9]+-[0-9]+$"
-                         % re.escape(suffix))
+                         % _escape(suffix))
     return {"flavours": flavours, "suffix": suffix, "releases": releases, "packages": chosen,
             "blacklist": blacklist}
 

@@ -92,9 +92,10 @@ def test_no_other_driver_version_is_installed(host):
 
 def test_driver_packages_are_held(host):
     held = host.check_output("apt-mark showhold").split()
-    # the derived set: the userspace packages and the kernel side (DKMS, or the per-kernel module packages);
-    # the flavour metapackage is pinned, not held (it follows a kernel update to the same driver's build)
-    assert sorted(held) == sorted(pins(host) + ([] if dkms(host) else MODULES))
+    # the derived set: the userspace packages, the kernel side (DKMS, or the module packages with their flavour
+    # metapackage) and the kernel flavour's own packages (held with the driver: driver_kernel_updates)
+    assert sorted(held) == sorted(pins(host) + FLAVOUR + RELEASES
+                                  + ([] if dkms(host) else MODULES + ["linux-modules-nvidia-580-open-nvidia-hwe-24.04"]))
 
 
 def test_apt_prefers_the_pinned_version(host):

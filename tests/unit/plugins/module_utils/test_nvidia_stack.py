@@ -395,3 +395,10 @@ def test_kernel_filters_are_registered():
     filters = FilterModule().filters()
     assert filters["kernel_set"] is ns.kernel_set
     assert filters["kernel_offer"] is ns.kernel_offer
+
+
+def test_kernel_blacklist_reads_as_package_names():
+    assert ns.kernel_set(KERNEL_DPKG, "6.17.0-1014-nvidia")["blacklist"] == [
+        r"linux-(.+-)?nvidia-hwe-24\.04$",
+        r"linux-.+-[0-9]+\.[0-9]+\.[0-9]+-[0-9]+-nvidia$",
+        r"linux-nvidia(-[0-9.]+)?-(headers|tools|cloud-tools)-[0-9]+\.[0-9]+\.[0-9]+-[0-9]+$"]

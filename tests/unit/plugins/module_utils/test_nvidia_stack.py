@@ -386,8 +386,8 @@ Depends: linux-image-6.17.0-1026-nvidia (= 6.17.0-1026.26)
 
 
 def test_kernel_offer_is_the_newest_version_and_its_kernel():
-    assert ns.kernel_offer(IMAGE_META_SHOW, "nvidia-hwe-24.04") == {"version": "6.17.0-1035.35",
-                                                                   "release": "6.17.0-1035-nvidia"}
+    offer = ns.kernel_offer(IMAGE_META_SHOW, "nvidia-hwe-24.04")
+    assert offer == {"version": "6.17.0-1035.35", "release": "6.17.0-1035-nvidia"}
     assert ns.kernel_offer("", "nvidia-hwe-24.04") == {"version": "", "release": ""}
 
 

@@ -435,3 +435,34 @@ def signal_pids(pid_list, signum=signal.SIGTERM):
             os.kill(pid, signum)
         except OSError:
             pass
+
+
+def listener_check(proc_root, port, pid):
+    """Does process ``pid`` itself hold every LISTEN socket on ``port`` (and is there one)?
+
+    Returns ``(status, reason)``: ``("ok", "")``; ``("none", reason)`` when nothing listens on the port yet;
+    ``("other", reason)`` when a LISTEN socket on it is held by another process (or by none this node can
+    read), the reason naming each holder (pid, uid, command line). Reads /proc/net/tcp{,6} and every
+    process's fds through ``scan`` (the same parsers the leftover check uses).
+    """
+    processes, listeners, _root, uids = scan(proc_root, ports=[port])
+    if not listeners:
+        return "none", "nothing listens on port %d" % port
+    mine = set()
+    for proc in processes:
+        if proc["pid"] == pid:
+            mine = set(proc["inodes"])
+    others = []
+    for inode in sorted(listeners):
+        if pid and inode in mine:
+            continue
+        holders = [p for p in processes if inode in p["inodes"] and p["pid"] != pid]
+        if holders:
+            for holder in holders:
+                others.append("pid %d (uid %s) %s" % (holder["pid"], holder["uid"],
+                                                      command_line(mask_argv(holder["argv"]), holder["comm"])[:120]))
+        else:
+            others.append("a socket of uid %s no readable process holds (inode %d)" % (uids.get(inode), inode))
+    if others:
+        return "other", "port %d is held by %s, not by pid %s" % (port, "; ".join(others), pid or "(none)")
+    return "ok", ""

@@ -26,17 +26,39 @@ The token is never logged: one line per request goes to stderr (peer, method,
 path, status, outcome). The first line says where it listens (with --port 0,
 the port the kernel picked). Exit 2: usage error (bad arguments, unreadable or
 loosely permitted token file, missing file).
+
+Before a worker sends anything, the head checks who listens on the port
+(the port is unprivileged: any local user may bind it first, take the
+workers' token and feed them a tar of its own):
+
+    dgxspark_image_transfer.py --check-listener --port N (--unit NAME | --pid PID)
+
+exit 0 when the unit's main process (or PID) itself holds every LISTEN socket
+on N, 3 when nothing listens on N yet (ask again), 1 when another process
+holds one (stdout names each holder: pid, uid, command line, and the unit's
+state). It reads /proc with the collection's plugins/module_utils/leftovers.py
+(installed beside this script; the same parsers as the leftover check).
+
+On a worker, the downloaded tar is loaded only when it is the file the head saved:
+
+    dgxspark_image_transfer.py --verify-load --file PATH --sha256 HEX [--docker docker]
+
+opens PATH (no link followed, a regular file), hashes it, and when the sha256
+is HEX feeds that same open file to ``docker image load``; otherwise it exits 1
+naming both hashes and runs nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import hmac
 import ipaddress
 import os
 import socket
 import socketserver
 import stat
+import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -178,6 +200,87 @@ class TransferHandler(BaseHTTPRequestHandler):
             return False
 
 
+def load_leftovers():
+    """The collection's leftovers module: the copy installed beside this script, else the collection's own."""
+    try:
+        import leftovers  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        from ansible_collections.dgxspark.cluster.plugins.module_utils import leftovers  # pylint: disable=import-outside-toplevel
+    return leftovers
+
+
+def unit_main_pid(unit):
+    """``(MainPID, ActiveState)`` of ``unit`` from systemctl show (0 and the state when it runs nothing)."""
+    result = subprocess.run(['systemctl', 'show', '--property=MainPID', '--property=ActiveState', unit],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False)
+    props = dict(line.split('=', 1) for line in result.stdout.splitlines() if '=' in line)
+    try:
+        pid = int(props.get('MainPID', '0'))
+    except ValueError:
+        pid = 0
+    return pid, props.get('ActiveState', 'unknown')
+
+
+def check_listener(argv):
+    parser = argparse.ArgumentParser(description='Check that the transfer unit itself holds the port.')
+    parser.add_argument('--check-listener', action='store_true', required=True)
+    parser.add_argument('--port', type=int, required=True)
+    who = parser.add_mutually_exclusive_group(required=True)
+    who.add_argument('--unit', help='the transfer unit (its MainPID must hold the port)')
+    who.add_argument('--pid', type=int, help='the process that must hold the port')
+    parser.add_argument('--proc-root', default='/proc')
+    args = parser.parse_args(argv)
+    if args.unit:
+        pid, state = unit_main_pid(args.unit)
+        owner = '%s (MainPID %d, %s)' % (args.unit, pid, state)
+    else:
+        pid, owner = args.pid, 'pid %d' % args.pid
+    status, reason = load_leftovers().listener_check(args.proc_root, args.port, pid)
+    if status == 'ok':
+        print('port %d is held by %s' % (args.port, owner))
+        return 0
+    print('%s; expected %s to hold it' % (reason, owner))
+    return 3 if status == 'none' else 1
+
+
+def file_sha256(handle):
+    digest = hashlib.sha256()
+    for chunk in iter(lambda: handle.read(1024 * 1024), b''):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def verify_load(argv):
+    parser = argparse.ArgumentParser(description='Load a downloaded image tar only when its sha256 is the expected one.')
+    parser.add_argument('--verify-load', action='store_true', required=True)
+    parser.add_argument('--file', required=True)
+    parser.add_argument('--sha256', required=True, help='the sha256 the head recorded of the tar it saved')
+    parser.add_argument('--docker', default='docker')
+    args = parser.parse_args(argv)
+    expected = args.sha256.strip().lower()
+    if len(expected) != 64 or any(c not in '0123456789abcdef' for c in expected):
+        log('usage: --sha256 %r is not 64 hex digits' % args.sha256)
+        return 2
+    try:
+        fd = os.open(args.file, os.O_RDONLY | getattr(os, 'O_NOFOLLOW', 0))
+    except OSError as exc:
+        log('cannot open %s: %s' % (args.file, exc.strerror))
+        return 1
+    with os.fdopen(fd, 'rb') as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            log('%s is not a regular file; not loaded' % args.file)
+            return 1
+        found = file_sha256(handle)
+        if found != expected:
+            print('%s has sha256 %s, the head saved sha256 %s: not loaded' % (args.file, found, expected))
+            return 1
+        handle.seek(0)
+        result = subprocess.run([args.docker, 'image', 'load'], stdin=handle, check=False)
+    if result.returncode == 0:
+        print('%s (sha256 %s) loaded' % (args.file, found))
+    return result.returncode
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(description='Serve one file to the listed peers, once each, then exit.')
     parser.add_argument('--bind', required=True, help='the one address to listen on')
@@ -189,6 +292,11 @@ def parse_args(argv):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if '--check-listener' in argv:
+        return check_listener(argv)
+    if '--verify-load' in argv:
+        return verify_load(argv)
     args = parse_args(argv)
     try:
         bind = ipaddress.ip_address(args.bind)

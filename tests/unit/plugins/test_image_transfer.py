@@ -177,3 +177,124 @@ def test_the_wildcard_and_a_short_token_are_refused(serve, tmp_path):
                            '--token-file', str(token_file), '--peer', PEER_A],
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2 and 'wildcard' in proc.stderr
+
+
+# --------------------------------------------------------------------------- issue 24 finding 5
+# The transfer port is unprivileged: before the fix, a local user who bound it first was what the head's
+# wait_for saw (it only connects), and the workers sent it their token and piped its body into
+# `docker image load` as root. Neither check below existed in the old code (no --check-listener, no
+# --verify-load, no sha256 anywhere in roles/runtime/tasks/transfer.yml), so both tests fail against it.
+
+MODULE_UTILS = REPO_ROOT / 'plugins' / 'module_utils'
+ROOT = os.geteuid() == 0
+
+
+def _script(*args, env_extra=None):
+    # On a node leftovers.py sits beside the script; here PYTHONPATH stands in for that directory.
+    env = dict(os.environ, PYTHONPATH=str(MODULE_UTILS))
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, str(SERVER)] + list(args), capture_output=True, text=True, env=env,
+                          timeout=120, check=False)
+
+
+def _free_port():
+    with socket.socket() as probe:
+        probe.bind((BIND, 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def squatter():
+    """A listener on a free loopback port, bound by an unprivileged user (nobody) in a forked child."""
+    import pwd
+    uid = pwd.getpwnam('nobody').pw_uid if ROOT else os.geteuid()
+    port = _free_port()
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.close(ready_r)
+            if ROOT:
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)
+            sock = socket.socket()
+            sock.bind((BIND, port))
+            sock.listen(5)
+            os.write(ready_w, b'1')
+            while True:
+                time.sleep(60)
+        except BaseException:  # noqa: B902 - report through the exit status
+            os._exit(1)
+    os.close(ready_w)
+    try:
+        assert os.read(ready_r, 1) == b'1', 'the squatter could not bind port %d' % port
+        yield {'pid': pid, 'port': port, 'uid': uid}
+    finally:
+        os.close(ready_r)
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+
+
+def test_a_squatter_on_the_transfer_port_is_refused_and_named(squatter):
+    # What the old code relied on (wait_for): the port answers. It is the squatter that answers.
+    with socket.create_connection((BIND, squatter['port']), timeout=10):
+        pass
+    # The transfer unit's main process (here: this test's process, which holds nothing on the port) is not the holder.
+    result = _script('--check-listener', '--port', str(squatter['port']), '--pid', str(os.getpid()))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert 'pid %d (uid %d)' % (squatter['pid'], squatter['uid']) in result.stdout
+    assert 'port %d is held by' % squatter['port'] in result.stdout
+    assert 'expected pid %d to hold it' % os.getpid() in result.stdout
+    # Not even the squatter's uid's own processes stand in for the unit: only the pid named.
+    result = _script('--check-listener', '--port', str(squatter['port']), '--pid', '1')
+    assert result.returncode == 1, result.stdout + result.stderr
+
+
+def test_the_server_itself_holding_the_port_passes_and_nothing_listening_asks_again(serve, tmp_path):
+    server = serve([PEER_A]).start()
+    result = _script('--check-listener', '--port', str(server.port), '--pid', str(server.proc.pid))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert 'port %d is held by pid %d' % (server.port, server.proc.pid) in result.stdout
+    free = _free_port()
+    result = _script('--check-listener', '--port', str(free), '--pid', str(server.proc.pid))
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert 'nothing listens on port %d' % free in result.stdout
+
+
+def _fake_docker(tmp_path):
+    record = tmp_path / 'docker-loaded'
+    docker = tmp_path / 'docker'
+    docker.write_text('#!/bin/sh\necho "$@" > %s.argv\ncat > %s\n' % (record, record))
+    docker.chmod(0o755)
+    return docker, record
+
+
+def test_a_tar_whose_sha256_differs_from_the_heads_is_never_loaded(tmp_path):
+    import hashlib
+    docker, record = _fake_docker(tmp_path)
+    saved = b'the tar the head saved\n' * 1000
+    tar = tmp_path / 'image-0123456789abcdef.tar'
+    tar.write_bytes(b'a tar a squatter served\n' * 1000)
+    expected = hashlib.sha256(saved).hexdigest()
+    found = hashlib.sha256(tar.read_bytes()).hexdigest()
+    result = _script('--verify-load', '--file', str(tar), '--sha256', expected, '--docker', str(docker))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert found in result.stdout and expected in result.stdout and 'not loaded' in result.stdout
+    assert not record.exists(), 'docker image load ran on a tar that does not match'
+
+
+def test_the_heads_tar_is_loaded_and_a_link_is_not_followed(tmp_path):
+    import hashlib
+    docker, record = _fake_docker(tmp_path)
+    tar = tmp_path / 'image-0123456789abcdef.tar'
+    tar.write_bytes(b'the tar the head saved\n' * 1000)
+    digest = hashlib.sha256(tar.read_bytes()).hexdigest()
+    link = tmp_path / 'link.tar'
+    link.symlink_to(tar)
+    result = _script('--verify-load', '--file', str(link), '--sha256', digest, '--docker', str(docker))
+    assert result.returncode == 1 and not record.exists(), result.stdout + result.stderr
+    result = _script('--verify-load', '--file', str(tar), '--sha256', digest.upper(), '--docker', str(docker))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert record.read_bytes() == tar.read_bytes()
+    assert (tmp_path / 'docker-loaded.argv').read_text().split() == ['image', 'load']

@@ -107,6 +107,24 @@ def test_api_key_not_in_argv_or_unit(host, expected):
     assert API_KEY not in " ".join(_container(host)["Args"])
     assert API_KEY not in host.file(UNIT).content_string
     assert API_KEY not in host.file(COMPOSE).content_string
+    # Not in the container's config either (issue 24 finding 10: it was an env_file entry, so Config.Env held it):
+    # the secret file is mounted read-only and the rank's start-up exports it to the exec'd vllm only.
+    inspect = host.check_output("docker container inspect dgxspark-vllm")
+    assert API_KEY not in inspect
+    assert not [e for e in _container(host)["Config"]["Env"] if e.startswith("VLLM_API_KEY=")]
+    mounts = {m["Destination"]: m for m in _container(host)["Mounts"]}
+    assert mounts["/etc/dgxspark/vllm-secret.env"]["RW"] is False
+    if expected["group"] == "spark_head":
+        # vLLM still has the key: a request without it is refused, one with it answers.
+        probe = ("python3 -c 'import sys, urllib.request, urllib.error\n"
+                 "req = urllib.request.Request(\"http://127.0.0.1:8888/v1/models\")\n"
+                 "key = [l.split(\"=\", 1)[1] for l in open(sys.argv[1]).read().split() if l.startswith(\"VLLM_API_KEY=\")]\n"
+                 "key and req.add_header(\"Authorization\", \"Bearer \" + key[0])\n"
+                 "try:\n    print(urllib.request.urlopen(req, timeout=30).status)\n"
+                 "except urllib.error.HTTPError as exc:\n    print(exc.code)' %s")
+        assert host.check_output(probe % "/dev/null").strip() == "401"
+        # The key read from the head's secret file (never in an argv).
+        assert host.check_output(probe % "/etc/dgxspark/vllm-secret.env").strip() == "200"
 
 
 def test_head_serves(host, expected):
@@ -166,9 +184,11 @@ def test_rank_runs_the_pinned_recipe_checkout(host):
     assert re.match(r"^[0-9a-f]{40}$", commit)
     assert host.file("/opt/dgxspark/dspark-recipe/.dgxspark-recipe-commit").content_string.strip() == commit
     assert info["Config"]["Labels"]["io.dgxspark.recipe-commit"] == commit
-    # bash -lc <the recipe's start-up> dgxspark-dspark-startup /usr/local/bin/vllm serve MODEL ...
+    # bash -lc <the recipe's start-up> dgxspark-dspark-startup bash -c <the secret reader> dgxspark-secret
+    # /etc/dgxspark/vllm-secret.env /usr/local/bin/vllm serve MODEL ...
     assert info["Path"] == "bash" and info["Args"][0] == "-lc"
-    assert info["Args"][2:5] == ["dgxspark-dspark-startup", "/usr/local/bin/vllm", "serve"]
+    assert info["Args"][2:4] == ["dgxspark-dspark-startup", "bash"]
+    assert info["Args"][6:10] == ["dgxspark-secret", "/etc/dgxspark/vllm-secret.env", "/usr/local/bin/vllm", "serve"]
     assert info["Args"][1].rstrip().endswith('exec "$@"')
     mounts = {m["Destination"]: m["Source"] for m in info["Mounts"]}
     assert mounts["/opt/dspark-patches"] == "/opt/dgxspark/dspark-recipe/patches"

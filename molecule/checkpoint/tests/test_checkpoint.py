@@ -109,8 +109,10 @@ def test_worker_authorizes_the_head_only_from_its_fabric_address(host):
     keys = host.file(HOME + "/.ssh/authorized_keys")
     assert keys.mode == 0o600 and keys.user == "dgxspark-ckpt"   # written as that user, in its own .ssh
     line = keys.content_string.strip()
-    assert line.startswith('from="%s",restrict,command="/usr/bin/rrsync -wo -no-del -no-lock %s" ssh-ed25519 '
-                           % (HEAD_FABRIC, CACHE))
+    # rrsync -no-del lets --force through: the command refuses a --force word first (issue 24 finding 10).
+    assert line.startswith('from="%s",restrict,command="case $SSH_ORIGINAL_COMMAND\' \' in *[[:space:]]--force'
+                           % HEAD_FABRIC)
+    assert 'exit 1;; esac; exec /usr/bin/rrsync -wo -no-del -no-lock %s" ssh-ed25519 ' % CACHE in line
 
 
 def test_head_pins_the_worker_host_key_under_its_fabric_address(host):

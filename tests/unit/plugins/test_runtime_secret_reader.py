@@ -39,9 +39,10 @@ def render(tmp_path, recipe):
         "runtime_container_image": "spark-sim/vllm-standin:0.27.1",
         "runtime_recipe_version": "0" * 40,
     }
-    task = {"name": "Render the compose file", "ansible.builtin.template": {
-        "src": os.path.join(roleplay.ROOT, "roles", "runtime", "templates", "compose.yaml.j2"), "dest": str(out)},
-            "vars": play_vars}  # task vars: above the role's defaults, which the play loads as vars_files
+    template = os.path.join(roleplay.ROOT, "roles", "runtime", "templates", "compose.yaml.j2")
+    # task vars: above the role's defaults, which the play loads as vars_files
+    task = {"name": "Render the compose file", "ansible.builtin.template": {"src": template, "dest": str(out)},
+            "vars": play_vars}
     proc = roleplay.run_role_play(tmp_path, "runtime", [task], {"ansible_python_interpreter": sys.executable})
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     return yaml.safe_load(out.read_text())["services"]["vllm"]

@@ -1,9 +1,10 @@
 """A worker that drops off the network in the middle of site.yml: the run stops
 naming that host, no task runs after the fault, and the head's serving
 configuration (unit, environment files, restart mark) is left exactly as it was:
-no half-applied change on the pair. (The head's rank itself may restart: like a
-real one, the stand-in's engine exits when its TP peer stops answering, and
-systemd brings it back; that is not Ansible's doing and is not asserted here.)
+no half-applied change on the pair. (The head's rank is not asserted here: like a
+real one, the stand-in's engine only stalls while its TP peer is paused, its requests
+waiting until the peer answers again or the execute-model timeout ends the engine;
+that is not Ansible's doing.)
 
 The change under way is a knob that would rewrite and restart both ranks
 (max_num_seqs 8); the worker is paused (docker pause: its ssh stops answering)

@@ -459,8 +459,8 @@ def listener_check(proc_root, port, pid):
         holders = [p for p in processes if inode in p["inodes"] and p["pid"] != pid]
         if holders:
             for holder in holders:
-                others.append("pid %d (uid %s) %s" % (holder["pid"], holder["uid"],
-                                                      command_line(mask_argv(holder["argv"]), holder["comm"])[:120]))
+                text = " ".join(command_line(mask_argv(holder["argv"]), holder["comm"]).split())
+                others.append("pid %d (uid %s) %s" % (holder["pid"], holder["uid"], text[:120]))
         else:
             others.append("a socket of uid %s no readable process holds (inode %d)" % (uids.get(inode), inode))
     if others:

@@ -462,7 +462,12 @@ def listener_check(proc_root, port, pid):
                 text = " ".join(command_line(mask_argv(holder["argv"]), holder["comm"]).split())
                 others.append("pid %d (uid %s) %s" % (holder["pid"], holder["uid"], text[:120]))
         else:
-            others.append("a socket of uid %s no readable process holds (inode %d)" % (uids.get(inode), inode))
+            # Without CAP_SYS_PTRACE (a container) root cannot read another user's fds: name that uid's processes.
+            owner = uids.get(inode)
+            candidates = ["pid %d %s" % (p["pid"], " ".join(command_line(mask_argv(p["argv"]), p["comm"]).split())[:120])
+                          for p in processes if p["opaque"] and p["uid"] == owner and p["pid"] != pid]
+            others.append("a socket of uid %s (inode %d) whose holder's file descriptors cannot be read%s"
+                          % (owner, inode, (": one of " + "; ".join(candidates)) if candidates else ""))
     if others:
         return "other", "port %d is held by %s, not by pid %s" % (port, "; ".join(others), pid or "(none)")
     return "ok", ""

@@ -258,3 +258,24 @@ def test_a_leftovers_secret_never_shows_in_the_report():
 ])
 def test_mask_argv(argv, shown):
     assert lo.mask_argv(argv) == shown
+
+
+def test_listener_check_names_the_uids_processes_when_no_fd_can_be_read(monkeypatch):
+    """A container's root without CAP_SYS_PTRACE cannot read another user's fds (the sim): the squatter is then
+    named by the processes of the socket's uid whose fds are opaque (issue 24 finding 5)."""
+    processes = [
+        {"pid": 10, "comm": "python3", "argv": ["python3", "-c", "import socket\nbind"], "cgroup": "", "inodes": [],
+         "opaque": True, "uid": 65534},
+        {"pid": 11, "comm": "sleep", "argv": ["sleep", "9"], "cgroup": "", "inodes": [], "opaque": True, "uid": 1000},
+        {"pid": 20, "comm": "python3", "argv": ["python3", "srv.py"], "cgroup": "", "inodes": [555], "opaque": False,
+         "uid": 0},
+    ]
+    monkeypatch.setattr(lo, "scan", lambda proc_root, ports=(): (processes, {777: 8874}, "", {777: 65534}))
+    status, reason = lo.listener_check("/proc", 8874, 20)
+    assert status == "other"
+    assert "a socket of uid 65534 (inode 777)" in reason and "one of pid 10 python3 -c import socket bind" in reason
+    assert "pid 11" not in reason and reason.endswith("not by pid 20")
+    monkeypatch.setattr(lo, "scan", lambda proc_root, ports=(): (processes, {555: 8874}, "", {555: 0}))
+    assert lo.listener_check("/proc", 8874, 20) == ("ok", "")
+    monkeypatch.setattr(lo, "scan", lambda proc_root, ports=(): (processes, {}, "", {}))
+    assert lo.listener_check("/proc", 8874, 20)[0] == "none"

@@ -143,8 +143,8 @@ def link_problems(repo_dir):
     The repo folder, ``refs``, ``blobs``, ``snapshots`` and every directory below them must be real directories
     and every ref and blob a regular file; the only links allowed are the snapshot files' (they point into
     ``blobs``). The checkpoint user owns this tree (and hf and its dependencies run as it), and the head's
-    transfer key can write it with ``rsync --force``: a link here would point root's chown, write or delete
-    anywhere on the node. Nothing is followed (lstat, ``os.walk(followlinks=False)``).
+    transfer key can write it (rrsync -wo; ``--force`` is refused before rrsync runs): a link here would point
+    root's chown, write or delete anywhere on the node. Nothing is followed (lstat, ``os.walk(followlinks=False)``).
     """
     found = []
     if os.path.islink(repo_dir):

@@ -74,7 +74,7 @@ DRIFT = [
     ("spark-worker", "sudo rm -f /etc/dgxspark/nccl-static.env",
      "path:/etc/dgxspark/nccl-static.env: was file", "Write the static NCCL settings the resolver merges in"),
     ("spark-head", "sudo chmod 0600 /etc/apt/apt.conf.d/51dgxspark-nvidia-driver",
-     "path:/etc/apt/apt.conf.d/51dgxspark-nvidia-driver: was file 0644", "Keep unattended-upgrades away from the NVIDIA driver and CUDA packages"),
+     "path:/etc/apt/apt.conf.d/51dgxspark-nvidia-driver: was file 0644", "Keep unattended-upgrades away from the NVIDIA driver, CUDA and the kernel flavour"),
     # earlyoom back (an admin, a package's postinst): it kills vLLM under deep context, so the fast path must see it
     ("spark-worker", "sudo systemctl unmask earlyoom.service && sudo systemctl start earlyoom.service",
      "unit:earlyoom.service: was masked inactive", "Stop, disable and mask earlyoom (preflight_earlyoom is disable)"),

@@ -89,7 +89,7 @@ def test_a_stale_gid_index_on_the_worker_fails_its_rank_and_the_head_then_both_s
         _wait(worker_failed_at_rendezvous, 120, "the worker's rank fails with NCCL's error")
         log = _journal_since("spark-worker", "/tmp/stale-gid.cursor")
         assert "Joined the head" in log, log                         # at the rendezvous, not before
-        assert "NCCL WARN NET/IB" in log and "is stale or wrong for this node" in log, log
+        assert "NCCL WARN NET/IB" in log and "stale or wrong for this node" in log, log
         assert "status=1/FAILURE" in log, log                       # the rank exited non-zero
         assert "Node rank 1 ready" not in log, log
         # the resolver still wrote the live index: the drop-in is what made it stale

@@ -184,12 +184,12 @@ def test_rank_runs_the_pinned_recipe_checkout(host):
     assert re.match(r"^[0-9a-f]{40}$", commit)
     assert host.file("/opt/dgxspark/dspark-recipe/.dgxspark-recipe-commit").content_string.strip() == commit
     assert info["Config"]["Labels"]["io.dgxspark.recipe-commit"] == commit
-    # bash -lc <the recipe's start-up> dgxspark-dspark-startup bash -c <the secret reader> dgxspark-secret
-    # /etc/dgxspark/vllm-secret.env /usr/local/bin/vllm serve MODEL ...
-    assert info["Path"] == "bash" and info["Args"][0] == "-lc"
-    assert info["Args"][2:4] == ["dgxspark-dspark-startup", "bash"]
-    assert info["Args"][6:10] == ["dgxspark-secret", "/etc/dgxspark/vllm-secret.env", "/usr/local/bin/vllm", "serve"]
-    assert info["Args"][1].rstrip().endswith('exec "$@"')
+    # bash -c <the secret reader> dgxspark-secret /etc/dgxspark/vllm-secret.env
+    # bash -lc <the recipe's start-up> dgxspark-dspark-startup /usr/local/bin/vllm serve MODEL ...
+    assert info["Path"] == "bash" and info["Args"][0] == "-c"
+    assert info["Args"][2:6] == ["dgxspark-secret", "/etc/dgxspark/vllm-secret.env", "bash", "-lc"]
+    assert info["Args"][7:10] == ["dgxspark-dspark-startup", "/usr/local/bin/vllm", "serve"]
+    assert info["Args"][1].rstrip().endswith('exec "$@"') and info["Args"][6].rstrip().endswith('exec "$@"')
     mounts = {m["Destination"]: m["Source"] for m in info["Mounts"]}
     assert mounts["/opt/dspark-patches"] == "/opt/dgxspark/dspark-recipe/patches"
     assert mounts["/opt/hotfix-dsv4-issue55-tool-truncation.py"] == \

@@ -73,7 +73,10 @@ def test_the_key_is_read_by_the_rank_not_given_to_docker(tmp_path, recipe):
     printer = [sys.executable, "-c", "import json, os, sys; print(json.dumps([os.environ.get('VLLM_API_KEY'), sys.argv]))"]
     run = argv[:at] + [str(secret)] + printer
     if recipe:
-        assert argv[:2] == ["bash", "-lc"] and argv[3] == "dgxspark-dspark-startup" and argv[4] == "bash"
+        # The reader runs first, so the recipe's start-up sees the key (its key-log redaction step needs it).
+        assert argv[:2] == ["bash", "-c"] and argv[3] == "dgxspark-secret" and argv[5:7] == ["bash", "-lc"]
+        assert argv[8] == "dgxspark-dspark-startup"
+        run = argv[:at] + [str(secret)] + argv[at + 1:at + 5] + printer
     env = {k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"}
     result = subprocess.run(run, capture_output=True, text=True, env=env, timeout=60, check=False)
     assert result.returncode == 0, result.stderr

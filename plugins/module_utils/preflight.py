@@ -15,6 +15,7 @@ not an absolute path), naming the hosts and their values.
 from __future__ import annotations
 
 import posixpath
+import re
 
 GB = 1000 ** 3
 
@@ -106,7 +107,8 @@ _PATH_COMPONENT = r"%s(?:%s%s)*" % (_ALNUM, _SEPARATOR, _ALNUM)
 _NAME = r"(?:%s/)?%s(?:/%s)*" % (_DOMAIN, _PATH_COMPONENT, _PATH_COMPONENT)
 _TAG = r"[\w][\w.-]{0,127}"
 _DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*[:][0-9a-fA-F]{32,}"
-_REFERENCE_RE = None
+# Go's \w is ASCII, and its $ never matches before a final newline: re.ASCII and fullmatch.
+_REFERENCE_RE = re.compile(r"(%s)(?::(%s))?(?:@(%s))?" % (_NAME, _TAG, _DIGEST), re.ASCII)
 
 
 def image_reference_problem(reference):
@@ -117,14 +119,10 @@ def image_reference_problem(reference):
     >>> image_reference_problem("ghcr.io/Anemll/dspark-vllm-gx10:0.1.1")
     'repository name must be lowercase'
     """
-    import re
-    global _REFERENCE_RE  # pylint: disable=global-statement
-    if _REFERENCE_RE is None:
-        _REFERENCE_RE = re.compile(r"(%s)(?::(%s))?(?:@(%s))?" % (_NAME, _TAG, _DIGEST), re.ASCII)
     text = reference if isinstance(reference, str) else ""
     if not text:
         return "empty, expected name[:tag][@digest]"
-    match = _REFERENCE_RE.fullmatch(text)  # Go's $ never matches before a final newline; Python's would
+    match = _REFERENCE_RE.fullmatch(text)
     if not match:
         if _REFERENCE_RE.fullmatch(text.lower()):
             return "repository name must be lowercase"

@@ -8,6 +8,7 @@ is asserted once, site-wide, in the default scenario's verify (test_check_mode.p
 
 import json
 import os
+import re
 
 import yaml
 
@@ -157,6 +158,26 @@ def test_an_offline_start_resolves_main_from_the_cache(host):
            "\"from huggingface_hub import snapshot_download; "
            "print(snapshot_download('deepseek-ai/DeepSeek-V4-Flash-0731', revision='main'))\"" % CACHE)
     assert host.check_output(cmd).strip() == "%s/snapshots/%s" % (REPO_DIR, REV)
+
+
+def test_the_tools_venv_holds_exactly_the_hash_lock(host):
+    """Issue 24, finding 8: the tools venv installed roles/checkpoint/files/hf-tools-requirements.txt (--require-hashes
+    --no-deps): every locked package at its locked version, the lock itself in the root-owned state directory."""
+    if host.backend.get_hostname() != "spark-head":
+        return
+    lock_path = os.path.join(SCENARIO, "..", "..", "roles", "checkpoint", "files", "hf-tools-requirements.txt")
+    with open(lock_path, encoding="utf-8") as handle:
+        text = handle.read()
+    pins = {}
+    for name, version in re.findall(r"^([A-Za-z0-9_.-]+)==(\S+) ", text, re.M):
+        pins[re.sub(r"[-_.]+", "-", name).lower()] = version
+    assert len(pins) == 15
+    freeze = host.check_output("/opt/dgxspark/hf-tools/bin/python -m pip list --format json --disable-pip-version-check")
+    held = {re.sub(r"[-_.]+", "-", p["name"]).lower(): p["version"] for p in json.loads(freeze)}
+    assert {name: held.get(name) for name in pins} == pins
+    assert set(held) - set(pins) <= {"pip", "setuptools", "wheel"}
+    locked = host.file(STATE + "/hf-tools-requirements.txt")
+    assert locked.user == "root" and locked.mode == 0o644 and locked.content_string == text
 
 
 def test_the_stored_manifest_lists_the_pinned_revision(host):

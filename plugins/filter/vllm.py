@@ -6,7 +6,7 @@
 One filter per function of ``plugins/module_utils/vllm_cmd.py`` (the single
 source of truth, unit-tested). Each filter is documented in its sidecar file
 (``vllm_serve_argv.yml``, ``vllm_serve_warnings.yml``, ``vllm_serve_env.yml``,
-``vllm_topology.yml``), so ``ansible-doc -t filter dgxspark.cluster.<name>``
+``vllm_topology.yml``, ``vllm_api_problems.yml``, ``vllm_api_layout.yml``), so ``ansible-doc -t filter dgxspark.cluster.<name>``
 shows it.
 """
 
@@ -52,6 +52,11 @@ def vllm_api_problems(knobs):
     return vllm_cmd.api_problems(knobs)
 
 
+def vllm_api_layout(knobs):
+    """Where vLLM listens and whether the API proxy fronts it (see vllm_cmd.api_layout)."""
+    return vllm_cmd.api_layout(knobs)
+
+
 def vllm_topology(groups, hostvars, host, head_group='spark_head', worker_group='spark_workers'):
     """A host's role, node rank, node count and the master address (see vllm_cmd.topology)."""
     return vllm_cmd.topology(groups, hostvars, host, head_group=head_group, worker_group=worker_group)
@@ -67,4 +72,5 @@ class FilterModule(object):
             'vllm_serve_env': _wrap(vllm_serve_env),
             'vllm_topology': _wrap(vllm_topology),
             'vllm_api_problems': _wrap(vllm_api_problems),
+            'vllm_api_layout': _wrap(vllm_api_layout),
         }

@@ -97,7 +97,8 @@ def cgroup_owner(path, root="", unit="", container_ids=()):
 
     Returns ``{"ours": bool, "unit": "<x>.service" or "", "container": "<64 hex>" or "", "scope": "<last component>"}``:
     ``unit`` is a system service (directly under system.slice), ``container`` a docker container. ``ours``: in
-    ``unit`` (our serving unit, nested cgroups included) or in one of ``container_ids``.
+    ``unit`` (our serving unit, nested cgroups included; a list: any of the collection's units, the API proxy too) or
+    in one of ``container_ids``.
     """
     rel = path or ""
     if root and (rel == root or rel.startswith(root + "/")):
@@ -114,7 +115,8 @@ def cgroup_owner(path, root="", unit="", container_ids=()):
     if len(comps) >= 2 and comps[0] == "system.slice" and comps[1].endswith(".service"):
         service = comps[1]
     ids = set(container_ids or ())
-    ours = bool(unit and unit in comps) or bool(container and container in ids)
+    units = [unit] if isinstance(unit, str) else list(unit or ())
+    ours = any(u and u in comps for u in units) or bool(container and container in ids)
     return {"ours": ours, "unit": service, "container": container, "scope": comps[-1] if comps else ""}
 
 

@@ -42,7 +42,7 @@ __all__ = [
     'CACHE_ENV', 'CACHE_ENV_KEYS', 'cache_env',
     'MAX_MODEL_LEN_CEILING', 'MIN_MTP_0731', 'RECOMMENDED_MAX_NUM_SEQS', 'GPU_MEMORY_UTILIZATION_CEILING',
     'KV_CACHE_DTYPES', 'DRAFT_SAMPLE_METHODS', 'DEFAULT_THINKING', 'OWNED_FLAGS',
-    'REQUIRED_BLOCK_SIZE', 'REPO_0731', 'REVISION_0731', 'api_problems', 'is_0731',
+    'REQUIRED_BLOCK_SIZE', 'REPO_0731', 'REVISION_0731', 'api_layout', 'api_problems', 'is_0731',
     'resolve_knobs', 'serve_argv', 'serve_warnings', 'serve_env', 'topology',
     'speculative_config', 'cudagraph_capture_size',
 ]
@@ -75,7 +75,9 @@ KNOBS = (
      'Checkpoint commit (--revision); empty leaves the flag out (tip of main).'),
     ('served_model_name', 'deepseek-v4-flash-0731', 'nonempty', 'Name clients send as model (--served-model-name).'),
     ('host', '0.0.0.0', 'nonempty', 'Address the API binds (--host); 127.0.0.1 for head-only tests.'),
-    ('port', 8888, 'int', 'API port (--port).'),
+    ('port', 8888, 'int', 'API port: where clients connect (vLLM\'s --port, or the API proxy\'s when one fronts it).'),
+    ('backend_port', 8889, 'int', 'Loopback port vLLM serves on behind the API proxy (--port then; host beyond loopback, '
+     'not open_api_ok).'),
     ('master_port', 25000, 'int', 'Rendezvous port on the head\'s fabric address (--master-port).'),
     ('tensor_parallel_size', None, 'int', 'Tensor-parallel size; null = the number of nodes (one GB10 GPU per node).'),
     ('kv_cache_dtype', 'nvfp4_ds_mla', 'str', 'KV cache dtype (--kv-cache-dtype), fp8_ds_mla or nvfp4_ds_mla.'),
@@ -336,6 +338,7 @@ def resolve_knobs(knobs: Optional[Mapping[str, Any]], runtime_kind: str = 'conta
     p = KNOB_PREFIX
     _range(p + 'port', conf['port'], 1, 65535)
     _range(p + 'master_port', conf['master_port'], 1, 65535)
+    _range(p + 'backend_port', conf['backend_port'], 1, 65535)
     if conf['tensor_parallel_size'] is not None:
         _range(p + 'tensor_parallel_size', conf['tensor_parallel_size'], 1)
     if conf['kv_cache_dtype'] not in KV_CACHE_DTYPES:
@@ -420,6 +423,33 @@ def _loopback(host: str) -> bool:
     return host in _LOOPBACK or bool(re.match(r'^127\.[0-9]+\.[0-9]+\.[0-9]+$', host))
 
 
+def api_layout(knobs: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+    """Where vLLM listens and whether the API proxy fronts it (the one place this is decided).
+
+    vLLM's ``--api-key`` guards the ``/v1`` routes only (0.27.1 and the recipe's image: ``if not
+    url_path.startswith("/v1")``; newer releases guard more but leave /metrics, /version, /load public):
+    ``/invocations`` (its SageMaker router: chat and completions), ``/tokenize``, ``/metrics`` and the pooling
+    routes answer anyone who reaches the port. So a host beyond loopback is served by the API proxy
+    (roles/service, the distribution's haproxy): it listens on ``host:port``, passes ``/v1/`` and ``/health`` from
+    anywhere and every route from loopback, and vLLM binds ``127.0.0.1:backend_port``. A loopback host, or
+    ``open_api_ok`` (the explicit opt-out), binds vLLM itself on ``host:port`` with every route open.
+
+    >>> api_layout({})['proxy'], api_layout({})['vllm_host'], api_layout({})['vllm_port']
+    (True, '127.0.0.1', 8889)
+    >>> api_layout({'runtime_vllm_host': '127.0.0.1'})['proxy']
+    False
+    """
+    conf = resolve_knobs(knobs)
+    proxy = not _loopback(conf['host']) and not conf['open_api_ok']
+    if proxy and conf['backend_port'] == conf['port']:
+        raise VllmConfigError('%sbackend_port is %d, the same as %sport: vLLM listens on the backend port behind the API '
+                              'proxy, which holds %sport; expected another port' % (KNOB_PREFIX, conf['backend_port'],
+                                                                                  KNOB_PREFIX, KNOB_PREFIX))
+    return {'proxy': proxy, 'host': conf['host'], 'port': conf['port'],
+            'vllm_host': '127.0.0.1' if proxy else conf['host'],
+            'vllm_port': conf['backend_port'] if proxy else conf['port']}
+
+
 def api_problems(knobs: Optional[Mapping[str, Any]]) -> List[str]:
     """The API binds beyond loopback without a key: one message naming both ways out; empty when safe.
 
@@ -431,8 +461,8 @@ def api_problems(knobs: Optional[Mapping[str, Any]]) -> List[str]:
     if _loopback(conf['host']) or (isinstance(secret, str) and secret.strip()) or conf['open_api_ok']:
         return []
     return ['%shost is %s (not loopback) and %sapi_key is empty: anyone who reaches port %d can use the API; set %sapi_key '
-            '(vault it) or, to serve it open on purpose, %sopen_api_ok: true (vLLM\'s key covers the /v1 routes only: '
-            '/health, /metrics, /tokenize, /detokenize, /version ... stay open either way)'
+            '(vault it; the API proxy then passes only /v1 and /health beyond loopback) or, to serve it open on purpose, '
+            '%sopen_api_ok: true (vLLM itself on that address: every route open, /invocations, /tokenize, /metrics ...)'
             % (KNOB_PREFIX, conf['host'], KNOB_PREFIX, conf['port'], KNOB_PREFIX, KNOB_PREFIX)]
 
 
@@ -510,9 +540,10 @@ def serve_argv(knobs: Optional[Mapping[str, Any]], role: Optional[str] = None, n
     argv = [_text(c) for c in command] + [conf['model']]
     if conf['revision']:
         argv += ['--revision', conf['revision']]
+    layout = api_layout(knobs)
     argv += ['--served-model-name', conf['served_model_name'],
-             '--host', conf['host'],
-             '--port', str(conf['port'])]
+             '--host', layout['vllm_host'],
+             '--port', str(layout['vllm_port'])]
     if conf['trust_remote_code']:
         argv.append('--trust-remote-code')
     argv += ['--tensor-parallel-size', str(tp),

@@ -38,6 +38,11 @@ options:
     description: The serving unit; processes in its cgroup are ours, never leftovers.
     type: str
     required: true
+  units:
+    description: More of the collection's units whose processes are ours (the API proxy, which holds the API port).
+    type: list
+    elements: str
+    default: []
   compose_project:
     description:
       - Compose project of the container kind; processes in its containers are ours. Empty for the venv kind.
@@ -171,7 +176,7 @@ def find(module, containers):
     processes, listeners, root, listener_uids = lo.scan(params["proc_root"], params["ports"])
     exclude = lo.ancestors(params["proc_root"], os.getpid())
     patterns = params["patterns"] if params["patterns"] is not None else lo.DEFAULT_PATTERNS
-    found = lo.classify(processes, listeners, patterns, unit=params["unit"], container_ids=containers,
+    found = lo.classify(processes, listeners, patterns, unit=[params["unit"]] + params["units"], container_ids=containers,
                         root=root, exclude=exclude, listener_uids=listener_uids)
     units = sorted(set(f["unit"] for f in found if f["action"] == "unit"))
     return lo.unit_actions(found, dict((unit, main_pid(module, unit)) for unit in units))
@@ -228,6 +233,7 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             unit=dict(type="str", required=True),
+            units=dict(type="list", elements="str", default=[]),
             compose_project=dict(type="str", default=""),
             patterns=dict(type="list", elements="str"),
             ports=dict(type="list", elements="int", default=[]),

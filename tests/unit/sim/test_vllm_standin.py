@@ -343,6 +343,23 @@ def test_pair_api_key(pair):
     assert request(port, '/metrics', key=None)[0] == 200
 
 
+def test_pair_routes_outside_v1_answer_without_the_key(pair):
+    """The attack the API proxy stops (issue 24, finding 6): vLLM checks the key under /v1 only, so whoever reaches
+    its port generates text through /invocations (the SageMaker router) and tokenizes without it."""
+    _head, _worker, port = pair
+    status, body = request(port, '/invocations', {'model': SERVED, 'prompt': 'x', 'max_tokens': 2}, key=None)
+    assert status == 200 and json.loads(body)['object'] == 'text_completion', body
+    status, body = request(port, '/invocations', {'model': SERVED, 'messages': [{'role': 'user', 'content': 'hi'}],
+                                                  'max_tokens': 2}, key=None)
+    assert status == 200 and json.loads(body)['object'] == 'chat.completion', body
+    status, body = request(port, '/invocations', {'input': 'x'}, key=None)
+    assert status == 400 and 'Cannot find suitable handler' in json.loads(body)['error']['message']
+    status, body = request(port, '/tokenize', {'prompt': 'one two three'}, key=None)
+    reply = json.loads(body)
+    assert status == 200 and reply['count'] == len(reply['tokens']) > 0 and reply['max_model_len'] == 1048576, body
+    assert request(port, '/detokenize', {'tokens': [1, 2]}, key=None)[0] == 200
+
+
 def test_pair_request_errors(pair):
     _head, _worker, port = pair
     status, body = request(port, '/v1/completions', {'model': 'gpt-4', 'prompt': 'x', 'max_tokens': 1})

@@ -294,6 +294,18 @@ def _completion_prompt_tokens(body: Dict[str, Any]) -> int:
     return max(1, count_tokens(prompt))
 
 
+def _invocation_is_chat(body: Dict[str, Any]) -> bool:
+    """Which request /invocations takes a body for: the first of vLLM's INVOCATION_TYPES that validates it
+    (ChatCompletionRequest needs messages, CompletionRequest a prompt; the pooling types have no handler on a
+    generative model)."""
+    if isinstance(body.get('messages'), list):
+        return True
+    if 'prompt' in body:
+        return False
+    raise ApiError(400, "Cannot find suitable handler for request. Expected one of: ['ChatCompletionRequest', "
+                        "'CompletionRequest']")
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = 'HTTP/1.1'
     server_version = 'uvicorn'
@@ -380,7 +392,13 @@ class Handler(BaseHTTPRequestHandler):
             self.rfile.read(int(self.headers.get('Content-Length') or 0))
             self._json(401, {'error': 'Unauthorized'})
             return
-        if path not in ('/v1/chat/completions', '/v1/completions'):
+        if path in ('/tokenize', '/detokenize'):
+            self._tokenize(path)
+            return
+        # /invocations: vLLM's SageMaker router (vllm/entrypoints/sagemaker/routes.py) serves chat and completions
+        # outside /v1, so the /v1-only key check of the version the recipe runs never asks for the key there.
+        invocation = path == '/invocations'
+        if not invocation and path not in ('/v1/chat/completions', '/v1/completions'):
             self.rfile.read(int(self.headers.get('Content-Length') or 0))
             self._json(404 if path not in ('/health', '/v1/models', '/metrics') else 405,
                        {'detail': 'Not Found' if path not in ('/health', '/v1/models', '/metrics') else 'Method Not Allowed'})
@@ -389,6 +407,8 @@ class Handler(BaseHTTPRequestHandler):
         arrived = time.monotonic()
         try:
             body = self._body()
+            if invocation:
+                chat = _invocation_is_chat(body)
             if chat and self.engine.chat_problem:
                 raise ApiError(400, self.engine.chat_problem)   # vLLM 0.27.1 safe_apply_chat_template -> BadRequestError
             prompt_tokens = _chat_prompt_tokens(body) if chat else _completion_prompt_tokens(body)
@@ -425,6 +445,24 @@ class Handler(BaseHTTPRequestHandler):
                     self._json(200, response)
         finally:
             finish()
+
+    def _tokenize(self, path: str) -> None:
+        """POST /tokenize and /detokenize (vllm/entrypoints/serve/tokenize: TokenizeResponse count, max_model_len,
+        tokens, token_strs; DetokenizeResponse prompt), outside /v1 like the real routes."""
+        try:
+            body = self._body()
+            if path == '/detokenize':
+                tokens = body.get('tokens')
+                if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+                    raise ApiError(400, 'tokens must be a list of integers.', param='tokens')
+                self._json(200, {'prompt': ' '.join('t%d' % t for t in tokens)})
+                return
+            count = _chat_prompt_tokens(body) if 'messages' in body else _completion_prompt_tokens(body)
+        except ApiError as exc:
+            self._json(exc.status, exc.body())
+            return
+        self._json(200, {'count': count, 'max_model_len': self.engine.max_model_len,
+                         'tokens': [1000 + i for i in range(count)], 'token_strs': None})
 
     # ------------------------------------------------------------------ bodies
     @staticmethod

@@ -72,12 +72,47 @@ def flag(argv, name):
 
 # ---------------------------------------------------------------------------- the seed's command
 
+# The seed serves vLLM itself on 0.0.0.0:8888 (every route open): the collection's runtime_vllm_open_api_ok. By
+# default the API proxy fronts it: vLLM on 127.0.0.1:8889, the rest of the command the seed's.
+DIRECT = {'runtime_vllm_open_api_ok': True}
+
+
+def proxied(seed):
+    return shlex.split(seed.replace('--host 0.0.0.0 --port 8888', '--host 127.0.0.1 --port 8889'))
+
+
 def test_head_reproduces_the_seed_command():
-    assert head() == shlex.split(SEED_HEAD)
+    assert head(DIRECT) == shlex.split(SEED_HEAD)
+    assert head() == proxied(SEED_HEAD)
 
 
 def test_worker_reproduces_the_seed_command():
-    assert worker() == shlex.split(SEED_WORKER)
+    assert worker(DIRECT) == shlex.split(SEED_WORKER)
+    assert worker() == proxied(SEED_WORKER)
+
+
+@pytest.mark.parametrize('knobs,expected', [
+    ({}, {'proxy': True, 'host': '0.0.0.0', 'port': 8888, 'vllm_host': '127.0.0.1', 'vllm_port': 8889}),
+    ({'runtime_vllm_host': '10.0.0.5', 'runtime_vllm_backend_port': 9000},
+     {'proxy': True, 'host': '10.0.0.5', 'port': 8888, 'vllm_host': '127.0.0.1', 'vllm_port': 9000}),
+    ({'runtime_vllm_host': '127.0.0.1'}, {'proxy': False, 'host': '127.0.0.1', 'port': 8888, 'vllm_host': '127.0.0.1',
+                                          'vllm_port': 8888}),
+    ({'runtime_vllm_host': 'localhost'}, {'proxy': False, 'host': 'localhost', 'port': 8888, 'vllm_host': 'localhost',
+                                          'vllm_port': 8888}),
+    (DIRECT, {'proxy': False, 'host': '0.0.0.0', 'port': 8888, 'vllm_host': '0.0.0.0', 'vllm_port': 8888}),
+], ids=['default-proxy', 'address-proxy', 'loopback', 'localhost', 'open-api-ok'])
+def test_api_layout(knobs, expected):
+    """Beyond loopback vLLM listens on loopback only and the proxy holds the API port (vLLM's key guards /v1 only)."""
+    assert FILTERS['vllm_api_layout'](knobs) == expected
+    argv = head(knobs)
+    assert (flag(argv, '--host'), int(flag(argv, '--port'))) == (expected['vllm_host'], expected['vllm_port'])
+
+
+def test_api_layout_refuses_one_port_for_both():
+    with pytest.raises(AnsibleFilterError) as err:
+        FILTERS['vllm_api_layout']({'runtime_vllm_backend_port': 8888})
+    assert 'runtime_vllm_backend_port is 8888, the same as runtime_vllm_port' in str(err.value)
+    assert FILTERS['vllm_api_layout']({'runtime_vllm_backend_port': 8888, 'runtime_vllm_host': '127.0.0.1'})['vllm_port'] == 8888
 
 
 # ---------------------------------------------------------------------------- the venv kind's own profile (seed 000)
@@ -98,7 +133,7 @@ def test_venv_profile_follows_seed_000_where_it_differs():
 
 
 def test_container_profile_is_the_recipe_command():
-    assert head(runtime_kind='container') == head() == shlex.split(SEED_HEAD)
+    assert head(runtime_kind='container') == head() == proxied(SEED_HEAD)
     assert '--compilation-config' not in head()
 
 
@@ -196,7 +231,7 @@ def test_command_prefix_for_venv_and_container():
     assert head(command=['/opt/dgxspark/vllm/bin/vllm', 'serve'])[:3] == [
         '/opt/dgxspark/vllm/bin/vllm', 'serve', 'deepseek-ai/DeepSeek-V4-Flash-0731']
     container = worker(command=[])
-    assert container == shlex.split(SEED_WORKER)[2:]
+    assert container == proxied(SEED_WORKER)[2:]
 
 
 def test_extra_args_are_appended():
@@ -205,7 +240,7 @@ def test_extra_args_are_appended():
 
 
 def test_unknown_keys_are_ignored():
-    assert head({'runtime_vllm_venv_path': '/opt/x', 'unrelated': 1}) == shlex.split(SEED_HEAD)
+    assert head({'runtime_vllm_venv_path': '/opt/x', 'unrelated': 1}) == proxied(SEED_HEAD)
 
 
 def test_argv_is_plain_strings():
@@ -220,8 +255,8 @@ def test_topology_of_the_pair():
         'hosts': ['spark-head', 'spark-worker']}
     topo = topology(PAIR_GROUPS, PAIR_HOSTVARS, 'spark-worker')
     assert (topo['role'], topo['node_rank'], topo['nnodes'], topo['master_addr']) == ('worker', 1, 2, HEAD_IP)
-    assert serve_argv({}, topology=topo) == shlex.split(SEED_WORKER)
-    assert serve_argv({}, topology=topology(PAIR_GROUPS, PAIR_HOSTVARS, 'spark-head')) == shlex.split(SEED_HEAD)
+    assert serve_argv({}, topology=topo) == proxied(SEED_WORKER)
+    assert serve_argv({}, topology=topology(PAIR_GROUPS, PAIR_HOSTVARS, 'spark-head')) == proxied(SEED_HEAD)
 
 
 def test_workers_are_ranked_in_inventory_order_and_tp_follows():
@@ -497,7 +532,7 @@ def test_per_host_keys_match_the_nic_resolver():
 # ---------------------------------------------------------------------------- the filters
 
 def test_filters_are_registered():
-    assert set(FILTERS) == {'vllm_serve_argv', 'vllm_serve_warnings', 'vllm_serve_env', 'vllm_topology', 'vllm_api_problems'}
+    assert set(FILTERS) == {'vllm_serve_argv', 'vllm_serve_warnings', 'vllm_serve_env', 'vllm_topology', 'vllm_api_problems', 'vllm_api_layout'}
 
 
 def test_filters_raise_ansible_filter_errors():
@@ -515,7 +550,7 @@ def test_filters_raise_ansible_filter_errors():
 
 def test_filters_return_what_module_utils_returns():
     topo = FILTERS['vllm_topology'](PAIR_GROUPS, PAIR_HOSTVARS, 'spark-worker')
-    assert FILTERS['vllm_serve_argv']({}, topology=topo) == shlex.split(SEED_WORKER)
+    assert FILTERS['vllm_serve_argv']({}, topology=topo) == proxied(SEED_WORKER)
     assert FILTERS['vllm_serve_warnings']({'runtime_vllm_max_num_seqs': 2}) == serve_warnings({'runtime_vllm_max_num_seqs': 2})
     assert FILTERS['vllm_serve_env']({}) == serve_env({})
 
@@ -566,7 +601,7 @@ def test_through_ansible_templating(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     head_out = json.loads((tmp_path / 'spark-head.json').read_text())
     worker_out = json.loads((tmp_path / 'spark-worker.json').read_text())
-    assert head_out['argv'] == shlex.split(SEED_HEAD) and worker_out['argv'] == shlex.split(SEED_WORKER)
+    assert head_out['argv'] == proxied(SEED_HEAD) and worker_out['argv'] == proxied(SEED_WORKER)
     assert head_out['warnings'] == [] and head_out['env'] == serve_env({})
     assert SECRET not in (tmp_path / 'spark-head.json').read_text()
 

@@ -1,0 +1,268 @@
+# -*- coding: utf-8 -*-
+"""plugins/module_utils/doctor.py: doctor.yml's verdicts, on synthetic readings of a healthy pair and one fault each.
+
+The readings have the shapes the doctor role registers (fabric_link_facts, roce_gid_facts, doctor_facts,
+leftover_processes, memory_report, free_space, the check script's output); each fault case changes one reading on
+one node and asserts exactly that check FAILs (or WARNs) on exactly that node, with its remedy, the others PASS.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.dgxspark.cluster.plugins.module_utils import doctor
+
+HEAD, WORKER = "spark-head", "spark-worker"
+
+
+def link(netdev, ipv4, mtu=9000, problems=None):
+    return {"netdev": netdev, "ipv4": ipv4, "device": "roce" + netdev, "port": 1, "carrier": "Up", "state": "Active",
+            "physical_state": "LinkUp", "rate": 200, "mtu": mtu, "pcie_link_speed": "32.0 GT/s PCIe",
+            "pcie_link_width": "4", "speed_mbps": 200000, "problems": problems or []}
+
+
+def probe(host, gid, rank_words=""):
+    octet = 1 if host == HEAD else 2
+    return {
+        "links": {"changed": False, "ansible_facts": {"fabric_links": [
+            link("enp1s0f1np1", "192.168.100.%d" % octet), link("enP2p1s0f1np1", "192.168.105.%d" % octet)]}},
+        "gids": {"changed": False, "gid_index": gid, "rails": [{"device": "rocep1s0f1"}, {"device": "roceP2p1s0f1"}]},
+        "node": {
+            "changed": False,
+            "nvidia_smi": {"rc": 0, "output": "580.173.02, Enabled, 2080, 3003\n",
+                           "fields": {"driver_version": "580.173.02", "persistence_mode": "Enabled",
+                                      "clocks.sm": "2080", "clocks.max.sm": "3003"}},
+            "loaded_driver": "580.173.02", "installed_driver": "580.173.02", "kernel": "6.17.0-1014-nvidia",
+            "module_builds": ["linux-modules-nvidia-580-open-6.17.0-1014-nvidia"],
+            "held": ["nvidia-utils-580", "libnvidia-compute-580"], "unheld_driver_packages": [], "upgrade_moves": [],
+            "earlyoom": {"LoadState": "masked", "ActiveState": "inactive", "UnitFileState": "masked"},
+            "unit": {"LoadState": "loaded", "ActiveState": "active", "SubState": "running", "Result": "success",
+                     "NRestarts": "0"},
+            "first_error": "",
+            "clock_cap_status": "capped: SM clock 2080 MHz, at most 2100 MHz (nvidia-smi -lgc 0,2100, attempt 1 of 3)",
+            "nccl_env": {"NCCL_IB_GID_INDEX": str(gid), "NCCL_IB_HCA": "=rocep1s0f1:1,roceP2p1s0f1:1"},
+            "vllm_env": {"HF_HUB_OFFLINE": "1"}, "vllm_env_digest": "aaaa", "unit_argv_digest": "bbbb" + rank_words,
+            "cuda": "13.0 (13.0.88)", "runtime_version": "vllm 0.27.1+spark.sim, torch 2.9.0",
+            "checkpoint_record": {"repo_id": "org/model", "revision": "c" * 40, "fingerprint": "f" * 64},
+            "incomplete_files": [], "repo_dir": "/cache/models--org--model",
+        },
+        "leftovers": {"changed": False, "leftovers": [], "summary": []},
+        "memory": {"changed": False, "checked": False, "reason": "the unit runs", "msg": "MemAvailable 20000 MiB",
+                   "available_mb": 20000, "ok": True},
+        "disk": {"changed": False, "checked": "/var/lib", "free_bytes": 200 * 10 ** 9},
+        "cache_paths": "checkpoint_cache_dir /cache, runtime_cache_dir /vcache",
+        "api": {"health": {"status": 200, "seconds": 0}, "models": {"rc": 0, "stdout": "serving: ...", "delta": "0:00:00.2"},
+                "completion": {"rc": 0, "stdout": "serving: ... answered", "delta": "0:00:01.500000"}},
+    }
+
+
+CONTEXT = {"head": HEAD, "hosts": [HEAD, WORKER], "level": "quick", "mtu": 9000, "clock_cap_enabled": True,
+           "clock_cap_max_mhz": 2100, "min_free_disk_gb": 50, "model": "org/model", "revision": "c" * 40,
+           "unit_name": "dgxspark-vllm.service", "bandwidth_floor_gbps": 80}
+
+
+def healthy():
+    return {HEAD: probe(HEAD, 3), WORKER: probe(WORKER, 6)}
+
+
+def statuses(rep):
+    return {(r["host"], r["check"]): r["status"] for r in rep["results"]}
+
+
+def not_pass(rep):
+    return {k: v for k, v in statuses(rep).items() if v != doctor.PASS}
+
+
+def by(rep, host, check):
+    return [r for r in rep["results"] if r["host"] == host and r["check"] == check][0]
+
+
+def test_the_healthy_pair_passes_every_check_but_the_unmeasured_all_reduce():
+    rep = doctor.report(healthy(), CONTEXT)
+    assert not_pass(rep) == {(HEAD, "nccl-allreduce"): "WARN", (WORKER, "nccl-allreduce"): "WARN"}
+    assert rep["failed"] == []
+    assert rep["counts"] == {"PASS": len(rep["results"]) - 2, "WARN": 2, "FAIL": 0}
+    # every node gets every check, the API checks only the head
+    checks = doctor.checks_for(doctor.CLASSES, "quick")
+    assert len(rep["results"]) == 2 * len(checks) - len(doctor.HEAD_ONLY)
+    assert "fabric-bandwidth" not in checks
+    assert by(rep, HEAD, "fabric-gid-index")["evidence"].startswith("nccl.env NCCL_IB_GID_INDEX=3 = the live")
+    assert by(rep, WORKER, "parity-driver")["evidence"] == "580.173.02, as on spark-head"
+    assert "in 1.5 s" in by(rep, HEAD, "serving-completion")["evidence"]
+    for line in rep["lines"]:
+        assert line.startswith(("PASS ", "WARN ", "FAIL ", "    remedy: "))
+    assert "    remedy: " + doctor.CHECKS["nccl-allreduce"][1] in rep["lines"]
+
+
+def _mtu(p):
+    p[WORKER]["links"]["ansible_facts"]["fabric_links"][1]["mtu"] = 1500
+
+
+def _carrier(p):
+    p[WORKER]["links"]["ansible_facts"]["fabric_links"][0]["problems"] = ["enp1s0f1np1: ethtool Speed 100000Mb/s, expected >= 200000"]
+
+
+def _gid(p):
+    p[WORKER]["node"]["nccl_env"]["NCCL_IB_GID_INDEX"] = "3"
+
+
+def _mismatch(p):
+    node = p[HEAD]["node"]
+    node["nvidia_smi"] = {"rc": 18, "output": "Failed to initialize NVML: Driver/library version mismatch\n"
+                                              "NVML library version: 580.178\n", "fields": {}}
+    node["installed_driver"] = "580.178.04"
+
+
+def _lost_lock(p):
+    p[WORKER]["node"]["nvidia_smi"]["fields"]["clocks.sm"] = "2405"
+
+
+def _cap_failed(p):
+    p[WORKER]["node"]["clock_cap_status"] = "failed: nvidia-smi -lgc exited 255 (after 3 attempts)"
+
+
+def _persistence(p):
+    p[WORKER]["node"]["nvidia_smi"]["fields"]["persistence_mode"] = "Disabled"
+
+
+def _no_module(p):
+    p[WORKER]["node"]["module_builds"] = []
+
+
+def _moves(p):
+    p[WORKER]["node"]["upgrade_moves"] = [{"action": "Inst", "package": "nvidia-utils-580", "version": "580.178.04-1"}]
+
+
+def _earlyoom(p):
+    p[HEAD]["node"]["earlyoom"] = {"LoadState": "loaded", "ActiveState": "active", "UnitFileState": "enabled"}
+
+
+def _leftover(p):
+    p[WORKER]["leftovers"] = {"leftovers": [{"pid": 4}], "summary": ["pid 4 vllm (vllm serve) holds port 8888"]}
+
+
+def _memory(p):
+    p[WORKER]["memory"] = {"checked": True, "ok": False, "msg": "MemAvailable 90000 MiB below 119808 MiB"}
+
+
+def _disk(p):
+    p[WORKER]["disk"]["free_bytes"] = 10 * 10 ** 9
+
+
+def _env_drift(p):
+    p[WORKER]["node"]["vllm_env_digest"] = "cccc"
+
+
+def _record(p):
+    p[WORKER]["node"]["checkpoint_record"] = None
+
+
+def _offline(p):
+    p[WORKER]["node"]["vllm_env"] = {"HF_HUB_OFFLINE": "0"}
+
+
+def _incomplete(p):
+    p[WORKER]["node"]["incomplete_files"] = ["/cache/models--org--model/blobs/abc.incomplete"]
+
+
+def _start_limit(p):
+    p[WORKER]["node"]["unit"].update(ActiveState="failed", SubState="failed", Result="start-limit-hit")
+    p[WORKER]["node"]["first_error"] = "1733065000.2 w vllm[9]: ERROR NCCL unhandled system error"
+
+
+def _hung(p):
+    p[HEAD]["api"]["completion"] = {"rc": 3, "stdout": "engine hangs: /health answers 200 ...", "delta": "0:00:30.0"}
+
+
+def _probe_failed(p):
+    p[WORKER]["gids"] = {"failed": True, "msg": "no RoCE v2 GID carries 192.168.100.2"}
+
+
+FAULTS = [
+    ("mtu-1500-on-one-end", _mtu, WORKER, "fabric-mtu", "FAIL", "enP2p1s0f1np1 MTU 1500, expected 9000 (peer: spark-head 9000)"),
+    ("slow-negotiated-speed", _carrier, WORKER, "fabric-links", "FAIL", "Speed 100000Mb/s"),
+    ("stale-gid-index", _gid, WORKER, "fabric-gid-index", "FAIL", "NCCL_IB_GID_INDEX=3"),
+    ("gid-probe-failed", _probe_failed, WORKER, "fabric-gid-index", "FAIL", "no RoCE v2 GID carries"),
+    ("driver-library-mismatch", _mismatch, HEAD, "gpu-driver", "FAIL", "Driver/library version mismatch"),
+    ("clock-lock-lost", _lost_lock, WORKER, "gpu-clock-cap", "FAIL", "SM clock 2405 MHz, cap 2100 MHz"),
+    ("clock-cap-failed", _cap_failed, WORKER, "gpu-clock-cap", "FAIL", "status: failed: nvidia-smi -lgc exited 255"),
+    ("persistence-off", _persistence, WORKER, "gpu-persistence", "WARN", "Disabled"),
+    ("no-module-build", _no_module, WORKER, "platform-kernel", "FAIL", "no NVIDIA module build"),
+    ("upgrade-moves-driver", _moves, WORKER, "platform-held", "FAIL", "nvidia-utils-580 580.178.04-1"),
+    ("earlyoom-active", _earlyoom, HEAD, "platform-earlyoom", "FAIL", "ActiveState=active"),
+    ("leftover-vllm", _leftover, WORKER, "platform-leftovers", "FAIL", "pid 4 vllm"),
+    ("memory-short", _memory, WORKER, "platform-memory", "FAIL", "below 119808"),
+    ("disk-short", _disk, WORKER, "platform-disk", "WARN", "10.0 GB free"),
+    ("vllm-env-drift", _env_drift, WORKER, "parity-vllm-env", "FAIL", "spark-worker has cccc, spark-head has aaaa"),
+    ("no-verify-record", _record, WORKER, "checkpoint-record", "FAIL", "no verify record"),
+    ("online", _offline, WORKER, "checkpoint-offline", "WARN", "HF_HUB_OFFLINE=0"),
+    ("unfinished-blob", _incomplete, WORKER, "checkpoint-unfinished", "FAIL", "abc.incomplete"),
+    ("start-limit-hit", _start_limit, WORKER, "serving-unit", "FAIL", "start-limit-hit"),
+    ("engine-hangs", _hung, HEAD, "serving-completion", "FAIL", "engine hangs"),
+]
+
+
+@pytest.mark.parametrize("fault", FAULTS, ids=[f[0] for f in FAULTS])
+def test_one_fault_fails_exactly_its_check_on_exactly_its_node_with_the_remedy(fault):
+    _name, inject, host, check, status, evidence = fault
+    probes = healthy()
+    inject(probes)
+    rep = doctor.report(probes, CONTEXT)
+    expected = {(HEAD, "nccl-allreduce"): "WARN", (WORKER, "nccl-allreduce"): "WARN", (host, check): status}
+    if check == "gpu-driver":  # nvidia-smi answers nothing else: the clock and persistence are not read, said so
+        expected.update({(host, "gpu-clock-cap"): "WARN", (host, "gpu-persistence"): "WARN"})
+        assert by(rep, host, "gpu-clock-cap")["evidence"].startswith("not read: nvidia-smi failed")
+    if check == "checkpoint-record":  # no record: nothing to compare either, said so
+        expected[(host, "parity-checkpoint")] = "WARN"
+        assert by(rep, host, "parity-checkpoint")["evidence"].startswith("not compared: nothing read on spark-worker (not installed")
+    assert not_pass(rep) == expected
+    found = by(rep, host, check)
+    assert evidence in found["evidence"], found
+    assert found["remedy"] == doctor.CHECKS[check][1] and found["remedy"].endswith(".")
+    assert rep["failed"] == (["%s %s" % (host, check)] if status == "FAIL" else [])
+
+
+def test_the_first_error_and_both_values_are_named():
+    probes = healthy()
+    _start_limit(probes)
+    assert "first error: 1733065000.2 w vllm[9]: ERROR NCCL unhandled system error" in \
+        by(doctor.report(probes, CONTEXT), WORKER, "serving-unit")["evidence"]
+    probes = healthy()
+    probes[WORKER]["node"]["loaded_driver"] = "580.178.04"
+    probes[WORKER]["node"]["installed_driver"] = "580.178.04"
+    found = by(doctor.report(probes, CONTEXT), WORKER, "parity-driver")
+    assert found["status"] == "FAIL" and found["evidence"] == "spark-worker has 580.178.04, spark-head has 580.173.02"
+
+
+def test_an_unreachable_node_fails_every_check_and_the_subset_and_level_choose_the_checks():
+    probes = healthy()
+    del probes[WORKER]
+    rep = doctor.report(probes, dict(CONTEXT, classes=["gpu"]))
+    assert statuses(rep) == {(HEAD, "gpu-driver"): "PASS", (HEAD, "gpu-clock-cap"): "PASS",
+                             (HEAD, "gpu-persistence"): "PASS", (WORKER, "gpu-driver"): "FAIL",
+                             (WORKER, "gpu-clock-cap"): "FAIL", (WORKER, "gpu-persistence"): "FAIL"}
+    assert by(rep, WORKER, "gpu-driver")["evidence"] == "not read (the node did not answer)"
+    assert doctor.checks_for(["fabric"], "full") == ["fabric-links", "fabric-mtu", "fabric-gid-index", "fabric-bandwidth"]
+
+
+def test_bandwidth_at_the_full_level_names_the_slow_direction_on_both_of_its_nodes():
+    measured = [{"rail": 0, "netdev": "enp1s0f1np1", "client": WORKER, "server": HEAD, "gbps": 13.1},
+                {"rail": 0, "netdev": "enp1s0f1np1", "client": HEAD, "server": WORKER, "gbps": 13.2}]
+    rep = doctor.report(healthy(), dict(CONTEXT, level="full", classes=["fabric"], bandwidth=measured))
+    assert by(rep, WORKER, "fabric-bandwidth")["status"] == "FAIL"
+    assert "rail 0 (enp1s0f1np1) spark-worker -> spark-head 13.10 Gb/s" in by(rep, WORKER, "fabric-bandwidth")["evidence"]
+    healthy_figures = [dict(m, gbps=96.5) for m in measured]
+    rep = doctor.report(healthy(), dict(CONTEXT, level="full", classes=["fabric"], bandwidth=healthy_figures))
+    assert not_pass(rep) == {}
+    failed = [dict(measured[0], gbps=None, error="ib_write_bw exited 1")]
+    rep = doctor.report(healthy(), dict(CONTEXT, level="full", classes=["fabric"], bandwidth=failed))
+    assert "ib_write_bw exited 1" in by(rep, WORKER, "fabric-bandwidth")["evidence"]
+
+
+def test_parsers():
+    assert doctor.parse_env("# c\nexport A=1\nB='x y'\n\nnot a pair\n") == {"A": "1", "B": "x y"}
+    assert doctor.parse_query_gpu(["a", "b"], "1, 2\n") == {"a": "1", "b": "2"}
+    assert doctor.parse_query_gpu(["a", "b"], "Failed to initialize NVML: Driver/library version mismatch\n") == {}
+    assert doctor.normalise_argv(["vllm", "serve", "--node-rank=1", "--headless", "--nnodes", "2"]) == \
+        ["vllm", "serve", "--nnodes", "2"]
+    assert doctor.seconds("bad") is None

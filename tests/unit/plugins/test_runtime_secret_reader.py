@@ -25,7 +25,7 @@ import roleplay
 KEY = "sim-key-5f0a1c2e7b9d"
 
 
-def render(tmp_path, recipe):
+def render(tmp_path, recipe, offline=False):
     out = tmp_path / "compose.yaml"
     play_vars = {
         "__runtime_topology": {"role": "head", "node_rank": 0, "nnodes": 2, "hosts": ["h", "w"], "head": "h"},
@@ -39,6 +39,7 @@ def render(tmp_path, recipe):
         "runtime_vllm_api_key": KEY,
         "runtime_container_image": "spark-sim/vllm-standin:0.27.1",
         "runtime_recipe_version": "0" * 40,
+        "__runtime_hf_hub_offline": offline,
     }
     template = os.path.join(roleplay.ROOT, "roles", "runtime", "templates", "compose.yaml.j2")
     # task vars: above the role's defaults, which the play loads as vars_files
@@ -92,3 +93,11 @@ def test_the_key_is_read_by_the_rank_not_given_to_docker(tmp_path, recipe):
     result = subprocess.run(run, capture_output=True, text=True, env=env, timeout=60, check=False)
     assert result.returncode == 1 and "cannot read" in result.stderr
     assert not [line for line in result.stdout.splitlines() if line.startswith("[")]  # vllm never ran
+
+
+@pytest.mark.parametrize("offline", [True, False], ids=["offline", "online"])
+def test_the_hf_cache_is_read_only_once_verified(tmp_path, offline):
+    """Every node verified the checkpoint (HF_HUB_OFFLINE=1): the rank gets the cache read-only (issue 24 finding 7: a
+    container with the cache mounted writable could rewrite a file); before that it may still download into it."""
+    service = render(tmp_path, False, offline)
+    assert ("/srv/hub:/srv/hub:ro" if offline else "/srv/hub:/srv/hub") in service["volumes"], service["volumes"]

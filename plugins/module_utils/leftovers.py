@@ -445,18 +445,25 @@ def listener_check(proc_root, port, pid):
     Returns ``(status, reason)``: ``("ok", "")``; ``("none", reason)`` when nothing listens on the port yet;
     ``("other", reason)`` when a LISTEN socket on it is held by another process (or by none this node can
     read), the reason naming each holder (pid, uid, command line). Reads /proc/net/tcp{,6} and every
-    process's fds through ``scan`` (the same parsers the leftover check uses).
+    process's fds through ``scan`` (the same parsers the leftover check uses). When ``pid``'s own fds cannot
+    be read, a socket of ``pid``'s uid (not root) counts as its own only while ``pid`` is that uid's one
+    process (a DynamicUser= unit's user).
     """
     processes, listeners, _root, uids = scan(proc_root, ports=[port])
     if not listeners:
         return "none", "nothing listens on port %d" % port
-    mine = set()
+    mine, me = set(), None
     for proc in processes:
         if proc["pid"] == pid:
-            mine = set(proc["inodes"])
+            mine, me = set(proc["inodes"]), proc
     others = []
     for inode in sorted(listeners):
         if pid and inode in mine:
+            continue
+        if pid and me is not None and me["opaque"] and me["uid"] not in (None, 0) and uids.get(inode) == me["uid"] \
+                and all(p["pid"] == pid for p in processes if p["uid"] == me["uid"]):
+            # ``pid`` runs as a user of its own (systemd's DynamicUser=) whose fds root cannot read without
+            # CAP_SYS_PTRACE (a container): the socket is that user's and ``pid`` is that user's only process.
             continue
         holders = [p for p in processes if inode in p["inodes"] and p["pid"] != pid]
         if holders:

@@ -250,6 +250,22 @@ def test_image_transfer_server_is_gone_after_the_transfer(host, expected):
         assert "%s: complete (" % ipv4 in journal, journal[-2000:]
 
 
+def test_image_transfer_server_ran_as_a_dynamic_user_not_root(host, expected):
+    """Issue 24 finding 10: the server ran as root (systemd-run with NoNewPrivileges only). Now each transfer's server
+    runs as its unit's dynamic user: the uid journald recorded for its "serving" line (_UID, not what the server
+    says) is not 0 and is the uid the server logged, and the tar and the token came as descriptors."""
+    if expected["group"] != "spark_head":
+        return
+    entries = [json.loads(line) for line in
+               host.check_output("journalctl --no-pager -o json -u %s", TRANSFER_UNIT).splitlines() if line.strip()]
+    serving = [(e.get("_UID"), e.get("MESSAGE")) for e in entries
+               if isinstance(e.get("MESSAGE"), str) and "dgxspark-image-transfer: serving /" in e["MESSAGE"]]
+    assert len(serving) >= 2, serving  # converge and case 3
+    for uid, message in serving:
+        assert uid is not None and uid != "0", (uid, message)
+        assert " as uid %s gid " % uid in message, (uid, message)
+
+
 def test_transfer_token_never_in_the_journal(host):
     found = host.run("journalctl --no-pager -o cat | grep -cE '%s'" % TOKEN_RE)
     assert found.stdout.strip() == "0", "the transfer token appears in %s's journal" % host.backend.get_hostname()

@@ -4,18 +4,26 @@
 """Serve one saved container image to the listed peers, once each, then exit.
 
 The runtime role's offline transfer runs this on the head as a transient unit
-(systemd-run --collect, RuntimeMaxSec bounds it) for the length of one transfer:
+(systemd-run --collect, RuntimeMaxSec bounds it) for the length of one transfer,
+as a dynamic user without capabilities (DynamicUser=yes, NoNewPrivileges, an empty
+CapabilityBoundingSet, ProtectSystem=strict): it opens nothing of root's by path.
+The service manager opens the saved tar and the token file (both root 0600 in a
+root 0700 directory) and passes the descriptors (OpenFile=PATH:image:read-only,
+OpenFile=PATH:token:read-only; systemd >= 253), read as sd_listen_fds_with_names(3)
+reads them: LISTEN_PID is this process, LISTEN_FDS of them from fd 3 on, named by
+LISTEN_FDNAMES (colon-separated):
 
-    dgxspark_image_transfer.py --bind IP --port N --file PATH --token-file PATH
+    dgxspark_image_transfer.py --bind IP --port N --name FILE.tar
                                --peer IP [--peer IP ...]
 
+- refuses to run as root (exit 2): the unit must drop to its dynamic user;
+- ``image`` must be a regular file, ``token`` a regular file that only its
+  owner can read or write, holding one word of at least 16 characters;
 - binds IP only (the head's fabric address), never the wildcard;
 - a connection from an address that is not a --peer is closed before anything
   is read from it;
-- a request without ``Authorization: Bearer <token>`` (the token read from
-  --token-file, which must be a regular file that only its owner can read or
-  write, or from stdin with ``-``) gets 401; with the token, any path but
-  ``/<basename of --file>`` gets 404 and any method but GET 405/501;
+- a request without ``Authorization: Bearer <token>`` gets 401; with the
+  token, any path but ``/<--name>`` gets 404 and any method but GET 405/501;
 - the file is sent whole (Content-Length, then the connection is closed); a
   peer counts as served only when every byte went out and the peer then closed
   its end cleanly (EOF). A peer that stops reading early closes with data
@@ -24,8 +32,9 @@ The runtime role's offline transfer runs this on the head as a transient unit
 
 The token is never logged: one line per request goes to stderr (peer, method,
 path, status, outcome). The first line says where it listens (with --port 0,
-the port the kernel picked). Exit 2: usage error (bad arguments, unreadable or
-loosely permitted token file, missing file).
+the port the kernel picked) and as which uid. Exit 2: usage error (bad
+arguments, run as root, a descriptor missing or not a regular file, a loosely
+permitted token file).
 
 Before a worker sends anything, the head checks who listens on the port
 (the port is unprivileged: any local user may bind it first, take the
@@ -74,31 +83,62 @@ def log(message):
     sys.stderr.flush()
 
 
-def read_token(path):
-    """The token from ``path`` (or stdin for ``-``); raises ValueError with a reason (never the value)."""
-    if path == '-':
-        text = sys.stdin.readline()
-    else:
-        try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, 'O_NOFOLLOW', 0))
-        except OSError as exc:
-            raise ValueError('cannot open the token file %s: %s' % (path, exc.strerror))
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise ValueError('the token file %s is not a regular file' % path)
-            if info.st_mode & 0o077:
-                raise ValueError('the token file %s has mode %04o; expected 0600 or stricter'
-                                 % (path, stat.S_IMODE(info.st_mode)))
-            with os.fdopen(fd, 'r', encoding='utf-8') as handle:
-                fd = None
-                text = handle.readline()
-        finally:
-            if fd is not None:
-                os.close(fd)
-    token = text.strip()
+def listen_fds(environ=None):
+    """``{name: fd}`` the service manager passed (as sd_listen_fds_with_names(3) reads them), then unset.
+
+    ``LISTEN_PID`` must be this process (else they were meant for another and none is taken), ``LISTEN_FDS``
+    of them from fd 3 (SD_LISTEN_FDS_START) on, named in order by the colon-separated ``LISTEN_FDNAMES``
+    (``OpenFile=PATH:NAME:read-only`` names them). Raises ValueError when a name repeats.
+    """
+    environ = os.environ if environ is None else environ
+    try:
+        pid = int(environ.get('LISTEN_PID', ''))
+        count = int(environ.get('LISTEN_FDS', ''))
+    except ValueError:
+        return {}
+    names = environ.get('LISTEN_FDNAMES', '').split(':')
+    for key in ('LISTEN_PID', 'LISTEN_FDS', 'LISTEN_FDNAMES'):
+        environ.pop(key, None)
+    if pid != os.getpid() or count <= 0:
+        return {}
+    fds = {}
+    for index in range(count):
+        fd = 3 + index
+        name = names[index] if index < len(names) and names[index] else 'unknown'
+        if name in fds:
+            raise ValueError('two descriptors are named %s' % name)
+        os.set_inheritable(fd, False)
+        fds[name] = fd
+    return fds
+
+
+def passed_file(fds, name):
+    """The open regular file passed as ``name`` (its fd); raises ValueError naming what is wrong."""
+    if name not in fds:
+        raise ValueError('no file descriptor named %s was passed (OpenFile=PATH:%s:read-only); got %s'
+                         % (name, name, ', '.join(sorted(fds)) or 'none'))
+    fd = fds[name]
+    try:
+        info = os.fstat(fd)
+    except OSError as exc:
+        raise ValueError('the descriptor %s (fd %d) cannot be read: %s' % (name, fd, exc.strerror))
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError('the descriptor %s (fd %d) is not a regular file' % (name, fd))
+    return fd, info
+
+
+def read_token(fd, info):
+    """The token from the open file ``fd``; raises ValueError with a reason (never the value)."""
+    if info.st_mode & 0o077:
+        raise ValueError('the token file has mode %04o; expected 0600 or stricter' % stat.S_IMODE(info.st_mode))
+    with os.fdopen(fd, 'rb') as handle:
+        raw = handle.readline(4096)
+    try:
+        token = raw.decode('ascii').strip()
+    except UnicodeDecodeError:
+        raise ValueError('the token is not ASCII text')
     if len(token) < 16 or any(c.isspace() for c in token):
-        raise ValueError('the token (from %s) must be one word of at least 16 characters' % path)
+        raise ValueError('the token must be one word of at least 16 characters')
     return token
 
 
@@ -106,9 +146,10 @@ class TransferServer(socketserver.ThreadingMixIn, HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address, path, token, peers):
-        self.file_path = path
-        self.url_path = '/' + os.path.basename(path)
+    def __init__(self, address, handle, size, name, token, peers):
+        self.file_handle = handle
+        self.file_size = size
+        self.url_path = '/' + name
         self.expected_auth = ('Bearer ' + token).encode('utf-8')
         self.peers = frozenset(peers)
         self.served = set()
@@ -159,24 +200,19 @@ class TransferHandler(BaseHTTPRequestHandler):
         if self.path != server.url_path:
             self._refuse(404, 'no such file')
             return
+        size = server.file_size
+        self.send_response(200)
+        self.send_header('Content-Type', 'application/x-tar')
+        self.send_header('Content-Length', str(size))
+        self.send_header('Connection', 'close')
+        self.end_headers()
+        self.wfile.flush()
         try:
-            handle = open(server.file_path, 'rb')
+            # One open file for every peer: sendfile from an explicit offset (never the shared file position).
+            sent = self.connection.sendfile(server.file_handle, 0, size)
         except OSError as exc:
-            self._refuse(404, 'cannot open the file: %s' % exc.strerror)
+            log('%s: incomplete (%s)' % (self.client_address[0], exc.strerror or exc))
             return
-        with handle:
-            size = os.fstat(handle.fileno()).st_size
-            self.send_response(200)
-            self.send_header('Content-Type', 'application/x-tar')
-            self.send_header('Content-Length', str(size))
-            self.send_header('Connection', 'close')
-            self.end_headers()
-            self.wfile.flush()
-            try:
-                sent = self.connection.sendfile(handle)
-            except OSError as exc:
-                log('%s: incomplete (%s)' % (self.client_address[0], exc.strerror or exc))
-                return
         if sent != size:
             log('%s: incomplete (%d of %d bytes sent)' % (self.client_address[0], sent, size))
             return
@@ -282,11 +318,10 @@ def verify_load(argv):
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(description='Serve one file to the listed peers, once each, then exit.')
+    parser = argparse.ArgumentParser(description='Serve one file (passed as a descriptor) to the listed peers, once each.')
     parser.add_argument('--bind', required=True, help='the one address to listen on')
     parser.add_argument('--port', type=int, required=True)
-    parser.add_argument('--file', required=True)
-    parser.add_argument('--token-file', required=True, help="a 0600 file holding the token, or '-' for stdin")
+    parser.add_argument('--name', required=True, help='the file name the peers ask for (/NAME)')
     parser.add_argument('--peer', action='append', required=True, help='an address allowed to fetch (repeat)')
     return parser.parse_args(argv)
 
@@ -298,6 +333,10 @@ def main(argv=None):
     if '--verify-load' in argv:
         return verify_load(argv)
     args = parse_args(argv)
+    if os.geteuid() == 0:
+        log('usage: runs as root; start it as a dynamic user (systemd-run -p DynamicUser=yes) with the files passed '
+            'as descriptors (-p OpenFile=PATH:image:read-only -p OpenFile=PATH:token:read-only)')
+        return 2
     try:
         bind = ipaddress.ip_address(args.bind)
         peers = [str(ipaddress.ip_address(p)) for p in args.peer]
@@ -310,29 +349,34 @@ def main(argv=None):
     if not 0 <= args.port <= 65535:
         log('usage: --port %d is out of range' % args.port)
         return 2
-    if not os.path.isfile(args.file):
-        log('usage: --file %s is not a file' % args.file)
+    if not args.name or '/' in args.name or args.name in ('.', '..'):
+        log('usage: --name %r is not a file name' % args.name)
         return 2
     try:
-        token = read_token(args.token_file)
+        fds = listen_fds()
+        image_fd, image_info = passed_file(fds, 'image')
+        token = read_token(*passed_file(fds, 'token'))
     except ValueError as exc:
         log('usage: %s' % exc)
         return 2
+    handle = os.fdopen(image_fd, 'rb')
     if bind.version == 6:
         TransferServer.address_family = socket.AF_INET6
     try:
-        server = TransferServer((str(bind), args.port), args.file, token, peers)
+        server = TransferServer((str(bind), args.port), handle, image_info.st_size, args.name, token, peers)
     except OSError as exc:
         log('cannot listen on %s:%d: %s' % (bind, args.port, exc.strerror or exc))
         return 1
     host, port = server.server_address[:2]
-    log('serving %s on %s:%d to %s' % (server.url_path, host, port, ', '.join(sorted(server.peers))))
+    log('serving %s (%d bytes) on %s:%d to %s as uid %d gid %d'
+        % (server.url_path, image_info.st_size, host, port, ', '.join(sorted(server.peers)), os.geteuid(), os.getegid()))
     thread = threading.Thread(target=server.serve_forever, kwargs={'poll_interval': 0.2})
     thread.daemon = True
     thread.start()
     server.all_served.wait()
     server.shutdown()
     server.server_close()
+    handle.close()
     log('every peer fetched the whole file; exiting')
     return 0
 

@@ -29,18 +29,80 @@ PEER_A, PEER_B, STRANGER = '127.0.0.2', '127.0.0.3', '127.0.0.4'
 SIZE = 24 * 1024 * 1024
 
 
+ROOT = os.geteuid() == 0
+# The service manager's side of OpenFile= as the server meets it (sd_listen_fds(3)): the opened files at fd 3, 4, ...
+# named in LISTEN_FDNAMES, LISTEN_PID the server's own pid; and DynamicUser=: when this test runs as root, the
+# server runs as nobody, who cannot open the files in tmp_path (pytest's root-only directory) by path.
+LAUNCH = r"""
+import os, sys
+fds = [int(fd) for fd in sys.argv[1].split(',') if fd]
+high = [os.dup2(fd, 200 + index) for index, fd in enumerate(fds)]
+for index, fd in enumerate(high):
+    os.dup2(fd, 3 + index)
+    os.close(fd)
+if int(sys.argv[3]) >= 0:
+    os.setgroups([])
+    os.setgid(int(sys.argv[3]))
+    os.setuid(int(sys.argv[3]))
+env = dict(os.environ, LISTEN_FDS=str(len(fds)), LISTEN_FDNAMES=sys.argv[2])
+env['LISTEN_PID'] = sys.argv[4] if sys.argv[4] else str(os.getpid())
+os.execve(sys.argv[5], sys.argv[5:], env)
+"""
+# nobody's python: this interpreter may live below /root (pyenv); the node runs the server with /usr/bin/python3.
+PYTHON = '/usr/bin/python3' if ROOT and os.path.exists('/usr/bin/python3') else sys.executable
+
+
+@pytest.fixture(scope='module', autouse=True)
+def server_copy():
+    """The server script where nobody can read it (pytest's tmp_path and a checkout below /root are root-only)."""
+    import shutil
+    import tempfile
+    global SERVER_RUN  # pylint: disable=global-statement
+    directory = Path(tempfile.mkdtemp(prefix='dgxspark-image-transfer-'))
+    directory.chmod(0o755)
+    copy = directory / SERVER.name
+    copy.write_bytes(SERVER.read_bytes())
+    copy.chmod(0o644)
+    SERVER_RUN = copy
+    yield copy
+    SERVER_RUN = SERVER
+    shutil.rmtree(str(directory))
+
+
+SERVER_RUN = SERVER
+
+
+def nobody():
+    import pwd
+    return pwd.getpwnam('nobody').pw_uid if ROOT else -1
+
+
+def launch(argv, files, names, uid=None, listen_pid='', **popen):
+    """Run ``argv`` (after python) with ``files`` opened read-only and passed as systemd passes OpenFile= files."""
+    fds = [os.open(str(path), os.O_RDONLY) for path in files]
+    try:
+        return subprocess.Popen([sys.executable, '-c', LAUNCH, ','.join(map(str, fds)), ':'.join(names),
+                                 str(nobody() if uid is None else uid), listen_pid, PYTHON] + list(argv),
+                                pass_fds=fds, **popen)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
 class Server:
-    def __init__(self, tmp_path, peers, token=None, mode=0o600, extra=()):
+    def __init__(self, tmp_path, peers, token=None, mode=0o600, extra=(), uid=None, names=('image', 'token')):
         self.token = token or 'dgxspark_xfer_' + secrets.token_hex(20)
         self.file = tmp_path / 'image-0123456789abcdef.tar'
         if not self.file.exists():
             self.file.write_bytes(os.urandom(1024 * 1024) * (SIZE // (1024 * 1024)))
+            self.file.chmod(0o600)
         token_file = tmp_path / 'token'
         token_file.write_text(self.token + '\n')
         token_file.chmod(mode)
-        argv = [sys.executable, str(SERVER), '--bind', BIND, '--port', '0', '--file', str(self.file),
-                '--token-file', str(token_file)] + [a for p in peers for a in ('--peer', p)] + list(extra)
-        self.proc = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        argv = [str(SERVER_RUN), '--bind', BIND, '--port', '0', '--name', self.file.name] + \
+            [a for p in peers for a in ('--peer', p)] + list(extra)
+        self.proc = launch(argv, [self.file, token_file][:len(names)], names, uid=uid,
+                           stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
         self.lines = queue.Queue()
         self.all_lines = []
         threading.Thread(target=self._pump, daemon=True).start()
@@ -170,13 +232,67 @@ def test_the_wildcard_and_a_short_token_are_refused(serve, tmp_path):
     server = serve([PEER_A], token='short')
     assert server.proc.wait(timeout=60) == 2
     assert 'at least 16 characters' in ''.join(server.all_lines)
+    server = serve([PEER_A], extra=['--bind', '0.0.0.0'])
+    assert server.proc.wait(timeout=60) == 2
+    assert 'wildcard' in ''.join(server.all_lines)
+
+
+# --------------------------------------------------------------------------- issue 24 finding 10
+# The old unit ran the server as root (systemd-run with NoNewPrivileges only; `systemctl show -p UserName
+# dgxspark-image-transfer` empty, its /proc/PID/status Uid 0) and the server opened the tar and the token by path
+# (--file, --token-file). Now it takes both as descriptors the service manager opened and refuses to run as root.
+
+def test_the_server_serves_from_the_passed_descriptors_as_a_user_who_cannot_open_them(serve):
+    server = serve([PEER_A]).start()
+    with open('/proc/%d/status' % server.proc.pid, encoding='ascii') as handle:
+        uids = [line.split()[1:] for line in handle if line.startswith('Uid:')][0]
+    status, body = server.request(PEER_A)
+    assert status == 200 and body == server.file.read_bytes()
+    assert server.proc.wait(timeout=60) == 0
+    log = ''.join(server.all_lines)
+    assert ' as uid %d gid ' % int(uids[1]) in log
+    if ROOT:
+        assert set(uids) == {str(nobody())}, uids
+        # The same user cannot open the tar (root 0600 in a root 0700 directory) by path: only the descriptor serves.
+        probe = launch(['-c', 'open(%r, "rb")' % str(server.file)], [], [], stderr=subprocess.PIPE, text=True)
+        assert probe.wait(timeout=60) != 0 and 'PermissionError' in probe.stderr.read()
+
+
+def test_the_server_refuses_to_run_as_root(serve):
+    if not ROOT:
+        pytest.skip('needs root to start the server as root')
+    server = serve([PEER_A], uid=-1)
+    assert server.proc.wait(timeout=60) == 2
+    assert 'runs as root' in ''.join(server.all_lines)
+
+
+@pytest.mark.parametrize('names,reason', [
+    (('image',), 'no file descriptor named token was passed'),
+    (('token', 'image'), 'the token is not ASCII text'),  # the tar passed as the token
+    (('image', 'image'), 'two descriptors are named image'),
+])
+def test_missing_or_misnamed_descriptors_are_refused(serve, names, reason):
+    server = serve([PEER_A], names=names)
+    assert server.proc.wait(timeout=60) == 2
+    assert reason in ''.join(server.all_lines)
+
+
+def test_a_descriptor_that_is_no_regular_file_is_refused(tmp_path):
+    (tmp_path / 'token').mkdir()
+    proc = launch([str(SERVER_RUN), '--bind', BIND, '--port', '0', '--name', 'x.tar', '--peer', PEER_A],
+                  [tmp_path, tmp_path / 'token'], ['image', 'token'], stderr=subprocess.PIPE, text=True)
+    assert proc.wait(timeout=60) == 2
+    assert 'the descriptor image (fd 3) is not a regular file' in proc.stderr.read()
+
+
+def test_descriptors_meant_for_another_process_are_not_taken(tmp_path):
     token_file = tmp_path / 'token'
     token_file.write_text('x' * 40)
     token_file.chmod(0o600)
-    proc = subprocess.run([sys.executable, str(SERVER), '--bind', '0.0.0.0', '--port', '0', '--file', str(token_file),
-                           '--token-file', str(token_file), '--peer', PEER_A],
-                          capture_output=True, text=True, timeout=60, check=False)
-    assert proc.returncode == 2 and 'wildcard' in proc.stderr
+    proc = launch([str(SERVER_RUN), '--bind', BIND, '--port', '0', '--name', 'token', '--peer', PEER_A],
+                  [token_file, token_file], ['image', 'token'], listen_pid='1', stderr=subprocess.PIPE, text=True)
+    assert proc.wait(timeout=60) == 2
+    assert 'no file descriptor named image was passed' in proc.stderr.read()
 
 
 # --------------------------------------------------------------------------- issue 24 finding 5
@@ -186,7 +302,6 @@ def test_the_wildcard_and_a_short_token_are_refused(serve, tmp_path):
 # --verify-load, no sha256 anywhere in roles/runtime/tasks/transfer.yml), so both tests fail against it.
 
 MODULE_UTILS = REPO_ROOT / 'plugins' / 'module_utils'
-ROOT = os.geteuid() == 0
 
 
 def _script(*args, env_extra=None):

@@ -279,3 +279,23 @@ def test_listener_check_names_the_uids_processes_when_no_fd_can_be_read(monkeypa
     assert lo.listener_check("/proc", 8874, 20) == ("ok", "")
     monkeypatch.setattr(lo, "scan", lambda proc_root, ports=(): (processes, {}, "", {}))
     assert lo.listener_check("/proc", 8874, 20)[0] == "none"
+
+
+def test_listener_check_takes_an_unreadable_holder_by_its_own_uid_only_when_it_is_that_uids_one_process(monkeypatch):
+    """The image transfer runs as a DynamicUser= user; a container's root cannot read its fds (the sim). The socket is
+    the unit's when its uid is that user's and the unit's main process is the one process of that uid (issue 24
+    finding 10); another process of that uid, a root-owned socket or an unreadable root pid are not taken."""
+    server = {"pid": 30, "comm": "python3", "argv": ["python3", "xfer.py"], "cgroup": "", "inodes": [], "opaque": True,
+              "uid": 61234}
+    other = {"pid": 31, "comm": "python3", "argv": ["python3", "-c", "bind"], "cgroup": "", "inodes": [],
+             "opaque": True, "uid": 61234}
+    monkeypatch.setattr(lo, "scan", lambda proc_root, ports=(): ([server], {888: 8874}, "", {888: 61234}))
+    assert lo.listener_check("/proc", 8874, 30) == ("ok", "")
+    monkeypatch.setattr(lo, "scan", lambda proc_root, ports=(): ([server, other], {888: 8874}, "", {888: 61234}))
+    status, reason = lo.listener_check("/proc", 8874, 30)
+    assert status == "other" and "one of pid 31" in reason
+    monkeypatch.setattr(lo, "scan", lambda proc_root, ports=(): ([server], {888: 8874}, "", {888: 65534}))
+    assert lo.listener_check("/proc", 8874, 30)[0] == "other"
+    rooted = dict(server, uid=0)
+    monkeypatch.setattr(lo, "scan", lambda proc_root, ports=(): ([rooted], {888: 8874}, "", {888: 0}))
+    assert lo.listener_check("/proc", 8874, 30)[0] == "other"

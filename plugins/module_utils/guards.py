@@ -20,6 +20,9 @@ import json
 import random
 import re
 
+# The one /metrics parser, re-exported for the modules that read it through the guards (vllm_validate, vllm_benchmark).
+from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_metrics import METRIC_RE, parse_metrics  # noqa: F401 pylint: disable=unused-import
+
 TOKEN_RE = re.compile(r'\s*\w+|\s*[^\w\s]')
 ANSWER_LINE_RE = re.compile(r'^\s*(?:block\s+)?([A-Za-z0-9-]+)\s*[:=)\-]\s*([A-Za-z0-9-]+)\s*$', re.I | re.M)
 CODE_ALPHABET = 'ABCDEFGHJKLMNPQRSTUVWXYZ23456789'
@@ -265,24 +268,8 @@ def needles_verdict(runs):
 
 
 # --------------------------------------------------------------------------- acceptance canary (seed 004)
-METRIC_RE = re.compile(r'^(vllm:[a-z_]+)(\{[^}]*\})?\s+([0-9.eE+-]+|NaN|\+Inf)\s*$', re.M)
 SPEC_COUNTERS = ('vllm:spec_decode_num_drafts_total', 'vllm:spec_decode_num_draft_tokens_total',
                  'vllm:spec_decode_num_accepted_tokens_total')
-
-
-def parse_metrics(text):
-    """Sum of each vllm:* sample over its labels (Prometheus text format).
-
-    >>> parse_metrics('# HELP x\\nvllm:spec_decode_num_drafts_total{engine="0"} 4.0\\n')
-    {'vllm:spec_decode_num_drafts_total': 4.0}
-    """
-    out = {}
-    for name, _labels, value in METRIC_RE.findall(text or ''):
-        try:
-            out[name] = out.get(name, 0.0) + float(value)
-        except ValueError:
-            continue
-    return out
 
 
 def acceptance(before, after):

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[3]
 CLI = REPO / "sim" / "spark-sim"
 sys.path.insert(0, str(REPO / "sim" / "vllm-standin" / "src"))
@@ -36,7 +38,7 @@ def test_unknown_fault_is_refused_naming_the_known_ones(tmp_path):
         assert "'%s'" % name in proc.stderr, name
 
 
-VLLM_FAULTS = ("kv-block-corruption", "soft-logits-alone", "low-acceptance", "slow-decode")
+VLLM_FAULTS = ("kv-block-corruption", "soft-logits-alone", "low-acceptance", "slow-decode", "slow-prefill", "wedge")
 
 
 def edit(tmp_path: Path, state: Path, name: str) -> list:
@@ -63,3 +65,6 @@ def test_faults_accumulate_clear_and_reach_the_engine(tmp_path):
     assert edit(tmp_path, state, "clear") == []
     assert json.loads(state.read_text())["gpu"] == {"driver_version": "580.173.02"}
     assert cond.faults() == [] and cond.decode_rate() == 100.0
+    assert edit(tmp_path, state, "slow-prefill") == ["slow-prefill"]
+    assert cond.prefill_rate() == pytest.approx(468540 / 498.0)    # seed 000's needle: 468,540 tokens in 498 s
+    assert edit(tmp_path, state, "wedge") == ["slow-prefill", "wedge"] and cond.faults() == ["slow-prefill", "wedge"]

@@ -220,11 +220,16 @@ def config_problems(args: argparse.Namespace) -> List[str]:
     return problems
 
 
+def kv_capacity_tokens(args: argparse.Namespace) -> int:
+    """The GPU KV cache size in tokens (2,493,464 at --gpu-memory-utilization 0.835, scaled linearly from 0.6)."""
+    return int(2493464 * max(0.05, (args.gpu_memory_utilization - 0.6) / (0.835 - 0.6)))
+
+
 def kv_cache_lines(args: argparse.Namespace, max_model_len: int) -> List[str]:
     """The boot lines operators grep for (seed 004 numbers at utilization 0.835, scaled)."""
     scale = max(0.05, (args.gpu_memory_utilization - 0.6) / (0.835 - 0.6))
     gib = 18.08 * scale
-    tokens = int(2493464 * scale)
+    tokens = kv_capacity_tokens(args)
     return ['Available KV cache memory: %.2f GiB' % gib,
             'GPU KV cache size: {:,} tokens'.format(tokens),
             'Maximum concurrency for {:,} tokens per request: {:.2f}x'.format(max_model_len, tokens / max_model_len)]
@@ -294,7 +299,8 @@ def run_head(args: argparse.Namespace, model: str, served: List[str], max_model_
 
     engine = Engine(model, served, max_model_len, k, _env_float('VLLM_STANDIN_STEP_SECONDS', 0.0),
                     execute_timeout=_env_float('VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS', 300.0),   # vllm/envs.py default
-                    warn_interval=_env_float('VLLM_RINGBUFFER_WARNING_INTERVAL', 60.0), on_dead=on_dead)
+                    warn_interval=_env_float('VLLM_RINGBUFFER_WARNING_INTERVAL', 60.0), on_dead=on_dead,
+                    chunk_tokens=args.max_num_batched_tokens or 8192, kv_capacity_tokens=kv_capacity_tokens(args))
     engine.chat_problem = chat_template.startup(args, model, os.environ)   # tokenizer mode / Jinja template (chat_template.py)
     ready = threading.Event()
 

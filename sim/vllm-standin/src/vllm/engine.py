@@ -44,6 +44,16 @@ falling back to ``VLLM_STANDIN_PREFILL_TOK_S`` / ``VLLM_STANDIN_DECODE_TOK_S``
   stays sharp.
 - ``low-acceptance`` (finding #9): drafts accept 0.08 of their tokens.
 - ``slow-decode``: decode runs at a quarter of its rate.
+- ``slow-prefill``: prefill runs at 940 tokens/s (seed 000: a 468,540-token needle took
+  498 s), chunk by chunk (``--max-num-batched-tokens``): the KV usage grows at every
+  chunk, the prompt and generation counters stay where they are until the prefill ends
+  (vLLM counts a prompt with its first token), as a long prefill on a real pair.
+- ``wedge``: the engine hangs while serving (seed 000: a worker pinned for 30+ minutes
+  while the API kept answering): requests are admitted and count as running, none
+  advances (no prefill ends, no token), the counters and the KV usage freeze, /health
+  stays 200, until the process ends. It hits the engine that runs when it is set: a
+  process that starts with it already set serves (a restart clears a wedge); clear it
+  and set it again to wedge that process too.
 """
 
 from __future__ import annotations
@@ -62,11 +72,13 @@ NEEDLE_RE = re.compile(r'The pass code for ([A-Za-z0-9-]+) is ([A-Za-z0-9-]+)\.'
 ASK_MARKERS_RE = re.compile(r'\blist\b.*\bmarkers?\b', re.I | re.S)
 ASK_NEEDLES_RE = re.compile(r'\bpass codes?\b', re.I)
 CODE_RE = re.compile(r'```|\bdef\b|\b(code|function|python|program)\b', re.I)
-FAULTS = ('kv-block-corruption', 'soft-logits-alone', 'low-acceptance', 'slow-decode')
+FAULTS = ('kv-block-corruption', 'soft-logits-alone', 'low-acceptance', 'slow-decode', 'slow-prefill', 'wedge')
 ACCEPT_CODE = 0.875
 ACCEPT_PROSE = 0.55
 ACCEPT_LOW = 0.08
 SLOW_DECODE_FACTOR = 0.25
+SLOW_PREFILL_TOK_S = 468540 / 498.0   # seed 000: the 468,540-token needle search took 498 s
+CHUNK_TOKENS = 8192                    # --max-num-batched-tokens default of the recipe and the collection
 CORRUPT_AT = 3          # concurrent prefills at which the block zeroer bites (seed 000 #12)
 SOFT_LOGPROBS = (-0.74, -1.49)
 DEFAULT_STATE = '/var/lib/spark-sim/state.json'
@@ -141,7 +153,10 @@ class Conditions:
 
     def prefill_rate(self) -> float:
         section = self.section()
-        return _float(section.get('prefill_tok_s', self.environ.get('VLLM_STANDIN_PREFILL_TOK_S')), 0.0)
+        rate = _float(section.get('prefill_tok_s', self.environ.get('VLLM_STANDIN_PREFILL_TOK_S')), 0.0)
+        if 'slow-prefill' in self.faults():
+            rate = min(rate, SLOW_PREFILL_TOK_S) if rate else SLOW_PREFILL_TOK_S
+        return rate
 
     def decode_rate(self) -> float:
         section = self.section()
@@ -275,12 +290,28 @@ def completion_logprobs(rows: List[Dict[str, Any]], top: int) -> Dict[str, Any]:
 class Scheduler:
     """Who is prefilling and running now (what the faults depend on)."""
 
-    def __init__(self, conditions: Optional[Conditions] = None):
+    def __init__(self, conditions: Optional[Conditions] = None, chunk_tokens: int = CHUNK_TOKENS):
         self.conditions = conditions or Conditions()
         self.started = time.monotonic()
         self.lock = threading.Lock()
         self.running = 0
         self.prefilling: List['Generation'] = []
+        self.active: List['Generation'] = []
+        self.chunk_tokens = max(1, int(chunk_tokens or CHUNK_TOKENS))
+        self._unfelt = set(self.conditions.faults()) & {'wedge'}   # set before this engine started: not felt
+
+    def wedged(self) -> bool:
+        """The ``wedge`` fault, set while this engine runs (one set before it started is not felt until cleared)."""
+        faults = set(self.conditions.faults())
+        with self.lock:
+            self._unfelt &= faults
+            return 'wedge' in faults and 'wedge' not in self._unfelt
+
+    def held_tokens(self, now: Optional[float] = None) -> int:
+        """KV-cache tokens the running requests hold now: the chunks prefilled so far, then prompt and output."""
+        now = time.monotonic() if now is None else now
+        with self.lock:
+            return sum(gen.held(now) for gen in self.active)
 
     def generation(self, reply: Reply, prompt_tokens: int, arrived: Optional[float] = None) -> 'Generation':
         return Generation(self, reply, prompt_tokens, arrived)
@@ -302,15 +333,32 @@ class Generation:
         self.t_first = 0.0
         self.rate = 0.0
         self.created = time.monotonic() if arrived is None else arrived
+        self.prefill_seconds = 0.0
+        self.prefill_end: Optional[float] = None     # when the prefill ended (None: still prefilling)
+        self.generated = 0                           # output tokens the engine counted so far
+        self.prompt_counted = False                  # the prompt counted (with the first token, as vLLM does)
+
+    def held(self, now: float) -> int:
+        """KV tokens this request holds at ``now``: whole chunks of its prompt while it prefills, then all of it."""
+        if self.prefill_end is not None:
+            return self.prompt_tokens + self.generated
+        if self.prefill_seconds <= 0:
+            return 0
+        done = self.prompt_tokens * min(1.0, max(0.0, now - self.created) / self.prefill_seconds)
+        chunk = self.sched.chunk_tokens
+        return min(self.prompt_tokens, int(done // chunk) * chunk)
 
     def __enter__(self) -> 'Generation':
         with self.sched.lock:
             self.sched.running += 1
+            self.sched.active.append(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         with self.sched.lock:
             self.sched.running -= 1
+            if self in self.sched.active:
+                self.sched.active.remove(self)
 
     def prefill(self, stop: Optional[threading.Event] = None) -> List[str]:
         """Wait out the prefill; returns the reply's tokens as this engine state renders them."""
@@ -318,6 +366,7 @@ class Generation:
         seconds = self.prompt_tokens / rate if rate else 0.0
         if 'kv-block-corruption' in self.faults and self.reply.kind in ('markers', 'needles'):
             seconds = max(seconds, 1.0)     # a window in which co-scheduled prefills overlap
+        self.prefill_seconds = seconds
         with self.sched.lock:
             self.sched.prefilling.append(self)
             for gen in self.sched.prefilling:
@@ -334,6 +383,7 @@ class Generation:
         warm = time.monotonic() - self.sched.started >= self.sched.conditions.soft_after()
         self.soft = 'soft-logits-alone' in self.faults and alone and warm
         self.tokens = self.reply.render(self.corrupt)
+        self.prefill_end = time.monotonic()
         self.runner_up: Optional[str] = None
         if self.soft and self.tokens and self.reply.kind == 'text':
             self.runner_up = self.tokens[0]     # the stale graph picks another argmax

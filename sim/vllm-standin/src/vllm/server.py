@@ -54,6 +54,7 @@ class ApiError(Exception):
 SHM_WAIT = ('No available shared memory broadcast block found in %d seconds. This typically happens when some processes '
             'are hanging or doing some time-consuming work (e.g. compilation, weight/kv cache quantization).')
 ENGINE_DEAD = 'EngineCore encountered an issue. See stack trace (above) for the root cause.'
+KV_CAPACITY_TOKENS = 2493464   # GPU KV cache size at --gpu-memory-utilization 0.835 (seed 004; cli.kv_cache_lines)
 
 
 class Engine:
@@ -72,7 +73,8 @@ class Engine:
 
     def __init__(self, model: str, served_names: List[str], max_model_len: int, num_spec_tokens: int,
                  step_seconds: float = 0.0, execute_timeout: float = 300.0, warn_interval: float = 60.0,
-                 on_dead: Optional[Callable[[], None]] = None):
+                 on_dead: Optional[Callable[[], None]] = None, chunk_tokens: int = behaviour.CHUNK_TOKENS,
+                 kv_capacity_tokens: int = KV_CAPACITY_TOKENS):
         self.model = model
         self.served_names = served_names
         self.max_model_len = max_model_len
@@ -90,7 +92,8 @@ class Engine:
         self.accepted_per_pos = [0] * max(self.k, 0)
         self.dead = threading.Event()      # the engine core died (EngineDeadError): 500s, /health 503, the process ends
         self.stopping = threading.Event()
-        self.sched = behaviour.Scheduler()
+        self.sched = behaviour.Scheduler(chunk_tokens=chunk_tokens)
+        self.kv_capacity_tokens = max(1, int(kv_capacity_tokens))
         self.chat_problem: Optional[str] = None   # why chat cannot render a prompt (chat_template.py): HTTP 400
         self.execute_timeout = execute_timeout
         self.warn_interval = warn_interval
@@ -99,6 +102,13 @@ class Engine:
         self.down: Dict[int, str] = {}     # node rank -> 'lost' | 'stalled'
         self.blocked_since: Optional[float] = None
         self._watching = False
+        # The wedge fault hits a running engine only (engine.py): follow the state file so that a clear between two
+        # `spark-sim fault HOST wedge` is seen even when no request asks.
+        threading.Thread(target=self._follow_faults, name='fault-follower', daemon=True).start()
+
+    def _follow_faults(self) -> None:
+        while not self.stopping.wait(0.2):
+            self.sched.wedged()
 
     # ------------------------------------------------------------------ a rank that is gone
     def rank_down(self, rank: int, how: str) -> None:
@@ -125,7 +135,8 @@ class Engine:
                     raise ApiError(500, ENGINE_DEAD, 'EngineDeadError')
                 if self.stopping.is_set():
                     raise ApiError(500, 'the server is shutting down', 'InternalServerError')
-                if not self.down:
+                if not self.down and not self.sched.wedged():
+                    self.blocked_since = None
                     return
                 if self.blocked_since is None:
                     self.blocked_since = time.monotonic()   # the step's RPC starts waiting now
@@ -167,6 +178,12 @@ class Engine:
         tokens = [source[i % len(source)] for i in range(n_tokens)] if source else []
         if not tokens:
             return
+        if self.down or self.dead.is_set() or self.sched.wedged():
+            try:
+                self.wait_engine()      # the prefill's last step waits on a rank that is gone, or a wedged engine
+            except ApiError:
+                return
+        self._count(gen, tokens[:1], prompt=True)
         yield tokens[:1]
         if gen is not None:
             gen.first_token_sent()
@@ -187,13 +204,14 @@ class Engine:
             take = accepted + 1
             if self.step_seconds:
                 time.sleep(self.step_seconds)
-            if self.down or self.dead.is_set():
+            if self.down or self.dead.is_set() or self.sched.wedged():
                 try:
-                    self.wait_engine()      # a rank went away mid-generation: the next step waits too
+                    self.wait_engine()      # a rank went away (or the engine wedged) mid-generation: the next step waits
                 except ApiError:
                     return
             if gen is not None:
                 gen.pace(emitted + take - 1)
+            self._count(gen, tokens[emitted:emitted + take])
             yield tokens[emitted:emitted + take]
             emitted += take
             step += 1
@@ -227,11 +245,25 @@ class Engine:
                 self.running -= 1
             raise
 
-    def finish(self, prompt_tokens: int, completion_tokens: int, finish_reason: str) -> None:
+    def _count(self, gen: Optional[behaviour.Generation], step: List[str], prompt: bool = False) -> None:
+        """Count a step's tokens as the engine emits them; the prompt once, with the first token (vLLM's
+        IterationStats.update_from_output: ``if is_prefilling: num_prompt_tokens += prompt_len``)."""
+        if gen is None:
+            return
+        with self.lock:
+            if prompt and not gen.prompt_counted:
+                gen.prompt_counted = True
+                self.prompt_tokens += gen.prompt_tokens
+            gen.generated += len(step)
+            self.generation_tokens += len(step)
+
+    def finish(self, prompt_tokens: int, completion_tokens: int, finish_reason: str,
+               gen: Optional[behaviour.Generation] = None) -> None:
+        """A request ends: what its steps did not count yet is counted now."""
         with self.lock:
             self.running -= 1
-            self.prompt_tokens += prompt_tokens
-            self.generation_tokens += completion_tokens
+            self.prompt_tokens += 0 if gen is not None and gen.prompt_counted else prompt_tokens
+            self.generation_tokens += max(0, completion_tokens - (gen.generated if gen is not None else 0))
             self.success[finish_reason] = self.success.get(finish_reason, 0) + 1
 
     def metrics(self) -> str:
@@ -245,10 +277,11 @@ class Engine:
             for extra, value in samples:
                 out.append('%s{%s%s} %s' % (metric_name, labels, extra, float(value)))
 
+        kv_usage = min(1.0, self.sched.held_tokens() / self.kv_capacity_tokens)   # the scheduler's gauge, every step
         with self.lock:
             metric('vllm:num_requests_running', 'gauge', 'Number of requests in model execution batches.', [('', self.running)])
             metric('vllm:num_requests_waiting', 'gauge', 'Number of requests waiting to be processed.', [('', 0)])
-            metric('vllm:kv_cache_usage_perc', 'gauge', 'KV-cache usage. 1 means 100 percent usage.', [('', 0.0)])
+            metric('vllm:kv_cache_usage_perc', 'gauge', 'KV-cache usage. 1 means 100 percent usage.', [('', kv_usage)])
             metric('vllm:prompt_tokens_total', 'counter', 'Number of prefill tokens processed.', [('', self.prompt_tokens)])
             metric('vllm:generation_tokens_total', 'counter', 'Number of generation tokens processed.',
                    [('', self.generation_tokens)])
@@ -425,16 +458,18 @@ class Handler(BaseHTTPRequestHandler):
             self._json(exc.status, exc.body())
             return
         finished = []
+        current: List[behaviour.Generation] = []
 
         def finish() -> None:
             # The engine counts the request before its output reaches the client, as vLLM's output
             # processor does: a /metrics read right after the reply already includes it.
             if not finished:
                 finished.append(True)
-                self.engine.finish(prompt_tokens, n_tokens, finish_reason)
+                self.engine.finish(prompt_tokens, n_tokens, finish_reason, current[0] if current else None)
         try:
             model = body.get('model') or self.engine.served_names[0]
             with self.engine.sched.generation(reply, prompt_tokens, arrived) as gen:
+                current.append(gen)
                 if body.get('stream'):
                     include_usage = bool((body.get('stream_options') or {}).get('include_usage'))
                     self._stream(chat, model, prompt_tokens, n_tokens, finish_reason, include_usage, gen, body, finish)

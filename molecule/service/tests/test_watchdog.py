@@ -1,0 +1,311 @@
+"""The serving watchdog on the head and stop.yml, on the service scenario's pair (after test_service.py).
+
+The watchdog's timer is off on the sim inventories (its ticks would race the hang cases of side_effect.yml); this
+file starts it with the scenario's short windows (inventory: interval 5 s, stall 20 s, probe 10 s, 1 restart in
+service_start_limit_interval_sec) and drives the stand-in's faults:
+
+1. `wedge` with a request in: the head's rank restarted within stall + one interval, the journal says why (the
+   counters, the head rank's log, the workers it cannot reach), the worker followed, the pair serves again, the
+   restart counted in the state file;
+2. `slow-prefill` (~50k tokens at 940 tok/s, ~53 s, over twice the window): no restart, the request answers;
+3. `wedge` again: the bound (1 restart) holds - reported, not restarted;
+4. the configuration the role renders from service_watchdog_restart=false: reported, not restarted;
+5. stop.yml: both units inactive (the head first), still enabled, the memory check passed on both; with
+   stop_disable the units are disabled; converge.yml serves again and a second run changes nothing.
+
+The tests run in file order and share the pair; none takes the `host` fixture (each runs once).
+"""
+
+import base64
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import ansible_runner
+import pytest
+import yaml
+
+SCENARIO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROJECT = os.path.dirname(os.path.dirname(SCENARIO))
+INVENTORY = os.path.join(SCENARIO, "inventory")
+SIM_DIR = os.environ.get("SPARK_SIM_DIR") or os.path.join(PROJECT, ".sim", "molecule-service")
+HEAD, WORKER = "spark-head", "spark-worker"
+UNIT = "dgxspark-vllm.service"
+TIMER = "dgxspark-vllm-watchdog.timer"
+WATCHDOG = "dgxspark-vllm-watchdog.service"
+CONFIG = "/etc/dgxspark/vllm-watchdog.json"
+STATE = "/var/lib/dgxspark/watchdog/state.json"
+CHECK = "/usr/local/lib/dgxspark/dgxspark_vllm_check.py"
+CLIENT = "/root/watchdog-client.py"
+
+with open(os.path.join(INVENTORY, "group_vars", "spark", "service.yml"), encoding="utf-8") as _handle:
+    VARS = yaml.safe_load(_handle)
+STALL, INTERVAL = VARS["service_watchdog_stall_sec"], VARS["service_watchdog_interval"]
+PREFILL_TOKENS = 50000            # ~53 s at the slow-prefill fault's 940 tokens/s: more than twice the window
+
+# A client on the head: one completion with the key from the secret environment file (never argv), its result as JSON.
+CLIENT_SOURCE = r'''
+import json, sys, time, urllib.request
+conf = json.load(open(sys.argv[1]))
+words, max_tokens, timeout, out = int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+key = ''
+for line in open(conf['secret_env_file']):
+    k, _, v = line.strip().partition('=')
+    if k == 'VLLM_API_KEY':
+        key = v.strip().strip('"').strip("'")
+body = json.dumps({'model': conf['served_model_name'], 'prompt': ' '.join(['word'] * words), 'max_tokens': max_tokens}).encode()
+req = urllib.request.Request(conf['url'] + '/v1/completions', data=body, method='POST',
+                             headers={'Content-Type': 'application/json', 'Authorization': 'Bearer ' + key})
+start = time.monotonic()
+try:
+    with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req, timeout=timeout) as resp:
+        result = {'ok': True, 'usage': json.loads(resp.read().decode()).get('usage')}
+except Exception as exc:
+    result = {'ok': False, 'error': str(exc)}
+result['seconds'] = time.monotonic() - start
+open(out, 'w').write(json.dumps(result))
+'''
+
+
+def ssh(host, command, timeout=180):
+    return subprocess.run(["ssh", "-F", os.path.join(SIM_DIR, "ssh_config"), host, command],
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def root(host, command, timeout=180):
+    proc = ssh(host, "sudo -n sh -c %s" % _quote(command), timeout=timeout)
+    return proc
+
+
+def _quote(text):
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+def out(host, command):
+    proc = root(host, command)
+    assert proc.returncode == 0, "%s: %s failed: %s" % (host, command, proc.stderr)
+    return proc.stdout
+
+
+def spark_sim(*args):
+    env = dict(os.environ, SPARK_SIM_DIR=SIM_DIR)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    proc = subprocess.run([os.path.join(PROJECT, "sim", "spark-sim"), "-i", INVENTORY, *args],
+                          capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def main_pid(host):
+    return int(out(host, "systemctl show -p MainPID --value %s" % UNIT).strip())
+
+
+def journal_since(since):
+    return out(HEAD, "journalctl -u %s --since @%d --no-pager -o cat" % (WATCHDOG, since))
+
+
+def state():
+    return json.loads(out(HEAD, "cat %s" % STATE))
+
+
+def serves(timeout=120):
+    """The head answers /v1/models and a 1-token completion + chat completion (the role's own check)."""
+    conf = json.loads(out(HEAD, "cat %s" % CONFIG))
+    end = time.monotonic() + timeout
+    while True:
+        proc = root(HEAD, "python3 %s --url %s --served-model-name %s --secret-env-file %s --completion-timeout 10"
+                    % (CHECK, conf["url"], conf["served_model_name"], conf["secret_env_file"]))
+        if proc.returncode == 0 or time.monotonic() > end:
+            return proc
+        time.sleep(3)
+
+
+def client(words, max_tokens, timeout, name):
+    """A completion sent from the head in the background; its result lands in /root/<name>.json."""
+    path = "/root/%s.json" % name
+    root(HEAD, "rm -f %s" % path)
+    proc = root(HEAD, "setsid timeout %d python3 %s %s %d %d %d %s >/dev/null 2>&1 < /dev/null &"
+                % (timeout + 5, CLIENT, CONFIG, words, max_tokens, timeout, path))
+    assert proc.returncode == 0, proc.stderr
+    return path
+
+
+def wait_for(predicate, timeout, step=1.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    return predicate()
+
+
+def fresh_pair():
+    """Both start-limit counters reset (every restart of this file counts against the burst), the faults cleared."""
+    spark_sim("fault", HEAD, "clear")
+    for host in (HEAD, WORKER):
+        root(host, "systemctl reset-failed %s" % UNIT)
+
+
+def test_00_the_watchdog_is_installed_on_the_head_only():
+    conf = json.loads(out(HEAD, "cat %s" % CONFIG))
+    assert (conf["stall_sec"], conf["interval_sec"], conf["max_restarts"], conf["restart"]) == (STALL, INTERVAL, 1, True)
+    assert conf["window_sec"] == VARS["service_start_limit_interval_sec"]
+    assert conf["workers"] == [[WORKER, 1]]
+    assert "sim-key" not in json.dumps(conf)                                   # the key stays in the secret file
+    shipped = out(HEAD, "cat /usr/local/lib/dgxspark/vllm_metrics.py")
+    with open(os.path.join(PROJECT, "plugins", "module_utils", "vllm_metrics.py"), encoding="utf-8") as handle:
+        assert shipped == handle.read()                                        # the collection's parser, one source
+    assert out(HEAD, "stat -c '%U %a' /var/lib/dgxspark/watchdog").split() == ["root", "700"]
+    assert "OnUnitActiveSec=%d" % INTERVAL in out(HEAD, "cat /etc/systemd/system/%s" % TIMER)
+    assert out(HEAD, "systemctl is-enabled %s || true" % TIMER).strip() == "disabled"   # the sim inventories keep it off
+    assert root(WORKER, "test -e %s" % CONFIG).returncode == 1
+    encoded = base64.b64encode(CLIENT_SOURCE.encode()).decode()
+    out(HEAD, "echo %s | base64 -d > %s" % (encoded, CLIENT))
+    fresh_pair()
+    assert serves().returncode == 0
+    out(HEAD, "rm -f %s && systemctl start %s" % (STATE, TIMER))
+    assert wait_for(lambda: root(HEAD, "test -s %s" % STATE).returncode == 0, 3 * INTERVAL)
+
+
+def test_01_a_wedge_restarts_the_ranks_within_the_window():
+    head_pid, worker_pid = main_pid(HEAD), main_pid(WORKER)
+    since = int(out(HEAD, "date +%s"))
+    spark_sim("fault", HEAD, "wedge")
+    t0 = time.monotonic()
+    client(1, 4, 120, "wedged")
+    assert wait_for(lambda: main_pid(HEAD) != head_pid, STALL + INTERVAL + 20), journal_since(since)
+    took = time.monotonic() - t0
+    log = journal_since(since)
+    assert took <= STALL + INTERVAL + 5, (took, log)
+    # the stall (the request in, nothing moved) or, when a tick fell between the fault and the request, the idle probe
+    assert re.search(r"WEDGED: (requests are in and nothing moved since \S+|/health answers 200 but the 1-token completion "
+                     r"got no answer within \d+ s \(probe sent \S+; nothing moved meanwhile)"
+                     r": running \d, waiting 0, prompt_tokens_total \d+, generation_tokens_total \d+, kv_cache_usage_perc [0-9.]+: "
+                     r"nothing moved for \d+ s \(service_watchdog_stall_sec %d\)" % STALL, log), log
+    assert "head rank log | " in log
+    assert "worker node rank 1 (spark-worker): its unit and log are not readable from the head" in log
+    assert "restarting the ranks" in log and "restarted %s at" % UNIT in log
+    assert serves().returncode == 0                                            # the pair serves again
+    assert main_pid(WORKER) != worker_pid                                      # the worker followed its head
+    counts = state()["counts"]
+    assert counts["restarts"] == 1 and counts["wedges"] == 1, counts
+
+
+def test_02_a_slow_prefill_over_the_window_is_left_alone():
+    spark_sim("fault", HEAD, "clear")
+    time.sleep(1)
+    spark_sim("fault", HEAD, "slow-prefill")
+    head_pid = main_pid(HEAD)
+    since = int(out(HEAD, "date +%s"))
+    path = client(PREFILL_TOKENS, 2, 150, "slow")
+    result = wait_for(lambda: root(HEAD, "cat %s" % path).stdout.strip(), 150, step=3)
+    result = json.loads(result)
+    log = journal_since(since)
+    assert result["ok"] and result["usage"]["prompt_tokens"] == PREFILL_TOKENS, result
+    assert result["seconds"] > 2 * STALL, result                               # longer than the stall window
+    assert main_pid(HEAD) == head_pid, log
+    assert "WEDGED" not in log and "progress: running 1" in log, log
+    assert state()["counts"]["restarts"] == 1
+
+
+def test_03_the_restart_bound_holds():
+    spark_sim("fault", HEAD, "clear")
+    time.sleep(1)
+    spark_sim("fault", HEAD, "wedge")
+    head_pid = main_pid(HEAD)
+    since = int(out(HEAD, "date +%s"))
+    client(1, 4, 120, "bound")
+    bound = "not restarted: the bound is reached, 1 restarts in the last %d s" % VARS["service_start_limit_interval_sec"]
+    assert wait_for(lambda: bound in journal_since(since), STALL + 3 * INTERVAL), journal_since(since)
+    time.sleep(INTERVAL)
+    assert main_pid(HEAD) == head_pid
+    counts = state()["counts"]
+    assert counts["restarts"] == 1 and counts["not_restarted"] == 1, counts
+
+
+def test_04_restart_false_reports_only():
+    # what the role renders for service_watchdog_restart: false (the last test converges it back to true)
+    out(HEAD, "python3 -c \"import json; p='%s'; c=json.load(open(p)); c['restart']=False; "
+              "open(p,'w').write(json.dumps(c))\"" % CONFIG)
+    fresh_pair()
+    out(HEAD, "systemctl restart %s" % UNIT)                                   # the operator clears the wedge
+    assert serves().returncode == 0
+    spark_sim("fault", HEAD, "wedge")
+    head_pid = main_pid(HEAD)
+    since = int(out(HEAD, "date +%s"))
+    client(1, 4, 120, "report")
+    line = "not restarted: service_watchdog_restart is false (reported only)"
+    assert wait_for(lambda: line in journal_since(since), STALL + 3 * INTERVAL), journal_since(since)
+    assert "WEDGED: " in journal_since(since)
+    assert main_pid(HEAD) == head_pid
+    out(HEAD, "systemctl stop %s" % TIMER)
+    fresh_pair()
+    out(HEAD, "systemctl restart %s" % UNIT)
+    assert serves().returncode == 0
+
+
+def _run(tmp_path, playbook, extravars=None):
+    private = tmp_path / ("runner-%s-%d" % (os.path.basename(playbook), time.monotonic_ns()))
+    private.mkdir(parents=True)
+    envvars = {"ANSIBLE_CONFIG": os.path.join(PROJECT, "ansible.cfg"),
+               "ANSIBLE_COLLECTIONS_PATH": os.path.join(PROJECT, "collections"),
+               "SPARK_SIM_DIR": SIM_DIR, "ANSIBLE_NOCOLOR": "1"}
+    runner = ansible_runner.run(private_data_dir=str(private), playbook=playbook, inventory=INVENTORY, envvars=envvars,
+                                extravars=extravars or {}, quiet=True, timeout=1200)
+    shutil.rmtree(private / "artifacts", ignore_errors=True)
+    return runner
+
+
+def _changed(runner):
+    return ["%s: %s" % (ev["event_data"].get("host"), ev["event_data"].get("task")) for ev in runner.events
+            if ev.get("event") == "runner_on_ok" and ev["event_data"].get("res", {}).get("changed")]
+
+
+def _ok_msgs(runner, task):
+    return {ev["event_data"].get("host"): ev["event_data"]["res"].get("msg", "") for ev in runner.events
+            if ev.get("event") == "runner_on_ok" and ev["event_data"].get("task") == task}
+
+
+def _failures(runner):
+    return [ev["event_data"].get("res", {}).get("msg") for ev in runner.events
+            if ev.get("event") in ("runner_on_failed", "runner_on_unreachable")]
+
+
+@pytest.fixture(scope="module")
+def tmp_module(tmp_path_factory):
+    return tmp_path_factory.mktemp("stop")
+
+
+def test_05_stop_then_converge_serves_again(tmp_module):
+    stop = os.path.join(PROJECT, "stop.yml")
+    runner = _run(tmp_module, stop)
+    assert runner.rc == 0, _failures(runner)
+    for host in (HEAD, WORKER):
+        assert out(host, "systemctl show -p ActiveState --value %s" % UNIT).strip() == "inactive"
+        assert out(host, "systemctl is-enabled %s" % UNIT).strip() == "enabled"
+    stops = [ev["event_data"].get("host") for ev in runner.events
+             if ev.get("event") == "runner_on_ok" and ev["event_data"].get("task", "").startswith("Stop serving on this node")]
+    assert stops == [HEAD, WORKER]                                             # the head first
+    memory = _ok_msgs(runner, "Stop unless the memory is back (naming what still holds it)")
+    assert sorted(memory) == [HEAD, WORKER], memory
+    assert all(re.search(r"MemAvailable [0-9.]+ GiB of MemTotal [0-9.]+ GiB, expected at least 0\.5 GiB", msg)
+               for msg in memory.values()), memory
+    runner = _run(tmp_module, stop, {"stop_disable": True})
+    assert runner.rc == 0, _failures(runner)
+    assert sorted(_changed(runner)) == ["%s: Stop serving on this node (the unit stays enabled unless stop_disable)" % h
+                                        for h in (HEAD, WORKER)]
+    for host in (HEAD, WORKER):
+        assert out(host, "systemctl is-enabled %s || true" % UNIT).strip() == "disabled"
+    converge = os.path.join(SCENARIO, "converge.yml")
+    runner = _run(tmp_module, converge)
+    assert runner.rc == 0, _failures(runner)
+    assert serves().returncode == 0
+    for host in (HEAD, WORKER):
+        assert out(host, "systemctl is-enabled %s" % UNIT).strip() == "enabled"
+    runner = _run(tmp_module, converge)
+    assert runner.rc == 0 and _changed(runner) == [], _changed(runner)

@@ -11,6 +11,10 @@ the highest torch of both indexes: the attacker's. The fixed sequence, every arg
 ``pip_plan.vllm_install_plan`` as the role runs them (probe, torch from the torch index alone, read, constraint,
 vLLM), installs the torch index's torch, and the constraint keeps it when a later install is offered a higher one.
 Each wheel is built here (zip + METADATA, WHEEL, RECORD); its package says where it came from.
+
+The checkpoint role's tools venv, the same way: a huggingface_hub 2.4.0 wheel that is not PyPI's, in the wheel
+directory (or an index), is installed by ``pip install huggingface_hub==2.4.0`` (the argv before the fix) and refused
+by the hash lock's install (roles/checkpoint/tasks/head.yml: --require-hashes --no-deps --only-binary=:all: -r).
 """
 
 from __future__ import annotations
@@ -148,3 +152,29 @@ def test_the_plan_installs_the_torch_index_torch_and_keeps_it(indexes, tmp_path)
     # A later install offered the attacker's torch again (an upgrade of the vLLM) keeps the pinned one.
     _run([venv + "/bin/pip", "install", "--upgrade", "--constraint", constraints, "vllm", "torch"], env)
     assert _torch(venv, env) == ("2.9.0+cu130", "torch-index", "pypi")
+
+
+def test_the_hash_lock_refuses_a_huggingface_hub_that_is_not_pypis(tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    build_wheel(wheels, "huggingface_hub", "2.4.0", "attacker")
+    lines = (REPO / "roles" / "checkpoint" / "files" / "hf-tools-requirements.txt").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("huggingface_hub=="))
+    end = next(i for i in range(start, len(lines)) if not lines[i].endswith("\\"))
+    block = "\n".join(lines[start:end + 1]) + "\n"    # the lock's huggingface_hub line, its real hashes
+    lock = tmp_path / "lock.txt"
+    lock.write_text(block)
+    assert list(pip_plan.lock_pins(block)) == ["huggingface-hub"]
+    env = _env("http://127.0.0.1:9/simple")   # never asked: --no-index
+    find_links = ["--no-index", "--find-links", str(wheels)]
+
+    old = _venv(tmp_path / "old")
+    _run([old + "/bin/pip", "install", "--disable-pip-version-check", "--quiet"] + find_links + ["huggingface_hub==2.4.0"], env)
+    assert _run([old + "/bin/python", "-c", "import huggingface_hub; print(huggingface_hub.ORIGIN)"], env).strip() == "attacker"
+
+    new = _venv(tmp_path / "new")
+    argv = ([new + "/bin/pip", "install", "--disable-pip-version-check", "--quiet", "--require-hashes", "--no-deps",
+             "--only-binary=:all:"] + find_links + ["-r", str(lock)])
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode != 0 and "DO NOT MATCH THE HASHES" in proc.stderr, proc.stderr[-2000:]
+    assert not list((tmp_path / "new" / "lib").glob("python3*/site-packages/huggingface_hub"))

@@ -155,7 +155,7 @@ def test_00_the_watchdog_is_installed_on_the_head_only():
     conf = json.loads(out(HEAD, "cat %s" % CONFIG))
     assert (conf["stall_sec"], conf["interval_sec"], conf["max_restarts"], conf["restart"]) == (STALL, INTERVAL, 1, True)
     assert conf["window_sec"] == VARS["service_start_limit_interval_sec"]
-    assert conf["workers"] == [[WORKER, 1]]
+    assert [[host, int(rank)] for host, rank in conf["workers"]] == [[WORKER, 1]]
     assert "sim-key" not in json.dumps(conf)                                   # the key stays in the secret file
     shipped = out(HEAD, "cat /usr/local/lib/dgxspark/vllm_metrics.py")
     with open(os.path.join(PROJECT, "plugins", "module_utils", "vllm_metrics.py"), encoding="utf-8") as handle:
@@ -181,7 +181,9 @@ def test_01_a_wedge_restarts_the_ranks_within_the_window():
     assert wait_for(lambda: main_pid(HEAD) != head_pid, STALL + INTERVAL + 20), journal_since(since)
     took = time.monotonic() - t0
     log = journal_since(since)
-    assert took <= STALL + INTERVAL + 5, (took, log)
+    assert took <= STALL + INTERVAL + 15, (took, log)                        # from the controller: ssh and load add up
+    still = [int(n) for n in re.findall(r"WEDGED: requests are in .*?: nothing moved for (\d+) s", log)]
+    assert all(n <= STALL + INTERVAL + 2 for n in still), log                  # the watchdog's own clock: one tick late at most
     # the stall (the request in, nothing moved) or, when a tick fell between the fault and the request, the idle probe
     assert re.search(r"WEDGED: (requests are in and nothing moved since \S+|/health answers 200 but the 1-token completion "
                      r"got no answer within \d+ s \(probe sent \S+; nothing moved meanwhile)"

@@ -48,6 +48,8 @@ SANITISERS = {
     'dgxspark.cluster.vllm_serve_env': 'the non-secret environment',
     'dgxspark.cluster.vllm_serve_warnings': 'warnings naming knobs, not values',
     'dgxspark.cluster.vllm_api_problems': 'a message naming the knob, not its value',
+    # where vLLM listens and whether the API proxy fronts it: addresses and ports (test_vllm.py test_api_layout_never_holds_the_key)
+    'dgxspark.cluster.vllm_api_layout': 'addresses and ports, never the key',
 }
 FILE_WRITERS = {'template', 'copy', 'lineinfile', 'blockinfile'}
 TASK_KEYWORDS_WITH_TASKS = ('block', 'rescue', 'always')

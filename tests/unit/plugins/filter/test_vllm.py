@@ -108,6 +108,13 @@ def test_api_layout(knobs, expected):
     assert (flag(argv, '--host'), int(flag(argv, '--port'))) == (expected['vllm_host'], expected['vllm_port'])
 
 
+def test_api_layout_never_holds_the_key():
+    """Its result is addresses and ports only (tests/unit/test_role_secrets.py counts it as a sanitiser)."""
+    key = 'sk-layout-test-0123456789'
+    for knobs in ({'runtime_vllm_api_key': key}, {'runtime_vllm_api_key': key, 'runtime_vllm_host': '127.0.0.1'}):
+        assert key not in repr(FILTERS['vllm_api_layout'](knobs))
+
+
 def test_api_layout_refuses_one_port_for_both():
     with pytest.raises(AnsibleFilterError) as err:
         FILTERS['vllm_api_layout']({'runtime_vllm_backend_port': 8888})

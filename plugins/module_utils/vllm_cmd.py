@@ -442,9 +442,9 @@ def api_layout(knobs: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
     conf = resolve_knobs(knobs)
     proxy = not _loopback(conf['host']) and not conf['open_api_ok']
     if proxy and conf['backend_port'] == conf['port']:
-        raise VllmConfigError('%sbackend_port is %d, the same as %sport: vLLM listens on the backend port behind the API '
-                              'proxy, which holds %sport; expected another port' % (KNOB_PREFIX, conf['backend_port'],
-                                                                                  KNOB_PREFIX, KNOB_PREFIX))
+        message = ('%sbackend_port is %d, the same as %sport: vLLM listens on the backend port behind the API proxy, which '
+                   'holds %sport; expected another port')
+        raise VllmConfigError(message % (KNOB_PREFIX, conf['backend_port'], KNOB_PREFIX, KNOB_PREFIX))
     return {'proxy': proxy, 'host': conf['host'], 'port': conf['port'],
             'vllm_host': '127.0.0.1' if proxy else conf['host'],
             'vllm_port': conf['backend_port'] if proxy else conf['port']}

@@ -42,6 +42,11 @@ STATE = "/var/lib/dgxspark/watchdog/state.json"
 CHECK = "/usr/local/lib/dgxspark/dgxspark_vllm_check.py"
 CLIENT = "/root/watchdog-client.py"
 
+# Not yet run once on the sim (the session that wrote it had no free scenario slot before its deadline): opt in with
+# DGXSPARK_WATCHDOG_VERIFY=1 (e.g. DGXSPARK_WATCHDOG_VERIFY=1 /tmp/run-scenario.sh service); drop this mark once it passed.
+pytestmark = pytest.mark.skipif(os.environ.get("DGXSPARK_WATCHDOG_VERIFY") != "1",
+                                reason="watchdog/stop verify not yet run on the sim: DGXSPARK_WATCHDOG_VERIFY=1 runs it")
+
 with open(os.path.join(INVENTORY, "group_vars", "spark", "service.yml"), encoding="utf-8") as _handle:
     VARS = yaml.safe_load(_handle)
 STALL, INTERVAL = VARS["service_watchdog_stall_sec"], VARS["service_watchdog_interval"]

@@ -254,7 +254,7 @@ BAD_INVENTORY = [
     ("api-port-is-sshd", _set("all", "runtime_vllm_port", 22),
      ["runtime_vllm_port and preflight_fabric_ssh_port (sshd) are both 22"]),
     ("api-port-held-by-a-system-service", _set("all", "runtime_vllm_port", 5564),
-     ["serving ports 5564", "(runtime_vllm_port, runtime_vllm_master_port)", "spark-sim-hub.service"]),
+     ["serving ports 5564", "(runtime_vllm_port, runtime_vllm_backend_port, runtime_vllm_master_port)", "spark-sim-hub.service"]),
     ("bandwidth-port-held-by-a-system-service", _set("all", "nic_bandwidth_tcp_port", 5563),
      ["nic_bandwidth_tcp_port + 1 (rail 1) is 5564, held here", "spark-sim-hub.service", "Nothing was changed"]),
     ("image-reference-uppercase", _sets(runtime_kind="container", runtime_container_image="ghcr.io/Anemll/dspark-vllm-gx10:0.1.1"),

@@ -388,8 +388,27 @@ def parity(check, host, probes, ctx):
         others = [h for h in sorted(probes) if h != head]
         return verdict(host, check, PASS, "%s (the reference; compared with %s)" % (mine, ", ".join(others) or "none"))
     if mine != theirs:
-        return verdict(host, check, FAIL, "%s has %s, %s has %s" % (host, mine, head, theirs or "nothing read"))
+        evidence = "%s has %s, %s has %s" % (host, mine, head, theirs or "nothing read")
+        if check == "parity-vllm-env":
+            evidence += env_differences(host, _node(probes.get(host) or {}).get("vllm_env"),
+                                        head, _node(probes.get(head) or {}).get("vllm_env"))
+        return verdict(host, check, FAIL, evidence)
     return verdict(host, check, PASS, "%s, as on %s" % (mine, head))
+
+
+def env_differences(host, mine, head, theirs, limit=5):
+    """The keys two nodes' vllm.env (non-secret: the key lives in its own file) disagree on, with both values.
+
+    >>> env_differences("w", {"A": "1", "B": "2"}, "h", {"B": "3", "C": "4"})
+    ': A (w 1, h unset), B (w 2, h 3), C (w unset, h 4)'
+    """
+    if not isinstance(mine, Mapping) or not isinstance(theirs, Mapping):
+        return ""
+    keys = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+    shown = ["%s (%s %s, %s %s)" % (k, host, mine.get(k, "unset"), head, theirs.get(k, "unset")) for k in keys[:limit]]
+    if len(keys) > limit:
+        shown.append("and %d more" % (len(keys) - limit))
+    return (": " + ", ".join(shown)) if shown else ""
 
 
 def checkpoint_record(host, probe, ctx):

@@ -1,12 +1,20 @@
 """doctor.yml against the converged, serving pair, without a new converge (issue 26).
 
 The healthy pair: every check PASS on both nodes at quick and at full level (the NCCL all-reduce WARNs "not
-measured", as designed in this slice), changed=0, the JSON report written. Then a fault of two classes at once, one
-per node, put back after, also when the case fails: an MTU of 1500 on the worker's second rail (fabric-mtu FAILs on
-the worker, naming the head's 9000), the head's SM clock lock lost (gpu-clock-cap FAILs on the head, naming the
-clock read back); every other check still PASSes. Read-only: the files under /etc/dgxspark and /etc/systemd/system,
-nccl.env and the clock cap's status, the serving and clock cap units' states, main PIDs, restart counts and
-invocations are the same on both nodes before and after every run, and no measurement unit is left.
+measured", as designed in this slice), changed=0, the JSON report written. Then one fault of each class that can be
+injected on a serving pair, all at once, each on one node and in one check, put back after, also when the case fails:
+- fabric: an MTU of 1500 on the worker's second rail (fabric-mtu FAILs on the worker, naming the head's 9000);
+- gpu: the head's SM clock lock lost (gpu-clock-cap FAILs on the head, naming the clock read back);
+- platform: a process titled VLLM::EngineCore outside the serving unit on the worker (platform-leftovers);
+- parity: a variable only the worker's vllm.env has (parity-vllm-env FAILs on the worker, naming the key);
+- checkpoint: an unfinished download (*.incomplete) in the head's cache repo (checkpoint-unfinished);
+- serving: the head's engine wedged (the sim's `wedge`: /health and /v1/models answer, requests hang), so the
+  1-token completion times out (serving-completion FAILs on the head; serving-health and serving-models PASS).
+(nccl: the all-reduce is not measured in this slice, a WARN on both nodes.) Every other check still PASSes.
+Read-only: the files under /etc/dgxspark and /etc/systemd/system, nccl.env and the clock cap's status, the serving
+and clock cap units' states, main PIDs, restart counts and invocations are the same on both nodes before and after
+every run, and no measurement unit is left; and after the faults are put back, site.yml --check --diff reports what
+test_check_mode.py saw before doctor ran: no change, no failure.
 """
 
 import glob
@@ -98,29 +106,65 @@ def test_the_healthy_pair_passes_every_check_at_quick_and_full_level_and_nothing
     assert result(report, "spark-worker", "fabric-bandwidth")["evidence"].startswith("rail 0 (enp1s0f1np1)")
 
 
+REPO_DIR = "/var/lib/dgxspark/huggingface/hub/models--deepseek-ai--DeepSeek-V4-Flash-0731"
+UNFINISHED = REPO_DIR + "/blobs/doctor-fault.incomplete"
+ENV_FILE = "/etc/dgxspark/vllm.env"
+ENV_SAVED = "/root/vllm.env.doctor-fault"
+LEFTOVER_UNIT = "doctor-fault-leftover.service"
+
+
+def ok(host, command):
+    proc = siterun.ssh(host, command)
+    assert proc.returncode == 0, "%s: %s: %s" % (host, command, proc.stderr)
+    return proc
+
+
 @pytest.fixture()
 def faults():
-    """The head's clock lock and the worker's rail MTU put back as they were, also when the case fails."""
+    """Every fault put back as it was, also when the case fails (each step on its own: one failing does not skip the
+    others)."""
     state = json.loads(siterun.ssh("spark-head", "sudo cat /var/lib/spark-sim/state.json").stdout)
     lock = state["gpu"]["locked_clocks"]
     assert lock and lock["max_mhz"] == 2100, lock
+    ok("spark-head", "sudo test -d %s/blobs" % REPO_DIR)   # the fixture's own precondition: the verified cache repo
+    ok("spark-worker", "sudo cp -p %s %s" % (ENV_FILE, ENV_SAVED))
     yield
-    spark_sim("state", "spark-head", "--set", "gpu.locked_clocks=%s" % json.dumps(lock))
-    proc = siterun.ssh("spark-worker", "sudo ip link set dev %s mtu 9000" % WORKER_RAIL1)
-    assert proc.returncode == 0, proc.stderr
+    errors = []
+    for step in (
+            lambda: spark_sim("fault", "spark-head", "clear"),
+            lambda: spark_sim("state", "spark-head", "--set", "gpu.locked_clocks=%s" % json.dumps(lock)),
+            lambda: ok("spark-worker", "sudo ip link set dev %s mtu 9000" % WORKER_RAIL1),
+            lambda: ok("spark-worker", "sudo systemctl stop %s || true" % LEFTOVER_UNIT),
+            lambda: ok("spark-worker", "sudo cp -p %s %s && sudo rm -f %s" % (ENV_SAVED, ENV_FILE, ENV_SAVED)),
+            lambda: ok("spark-head", "sudo rm -f %s" % UNFINISHED)):
+        try:
+            step()
+        except AssertionError as exc:  # keep putting the rest back
+            errors.append(str(exc))
+    assert not errors, errors
 
 
-def test_a_fault_of_two_classes_fails_exactly_its_check_on_exactly_its_node(tmp_path, faults):
+def test_one_fault_per_class_fails_exactly_its_check_on_exactly_its_node(tmp_path, faults):
     # fabric: one end of rail 1 at MTU 1500 (a pair that ran at a small MTU unnoticed is a public report)
-    proc = siterun.ssh("spark-worker", "sudo ip link set dev %s mtu 1500" % WORKER_RAIL1)
-    assert proc.returncode == 0, proc.stderr
+    ok("spark-worker", "sudo ip link set dev %s mtu 1500" % WORKER_RAIL1)
     # gpu: the head's SM clock lock lost (what a reboot does before the cap unit runs again)
     spark_sim("state", "spark-head", "--set", "gpu.locked_clocks=null")
-    runner, report, took = doctor(tmp_path, "faults")
-    print("doctor wall time with two faults: quick %.1f s" % took)
+    # platform: an engine core left outside the serving unit (seed 003's leftovers)
+    ok("spark-worker", "sudo systemd-run --quiet --collect --unit=%s bash -c 'exec -a VLLM::EngineCore sleep 900'"
+       % LEFTOVER_UNIT)
+    # parity: the worker's vllm.env carries a variable the head's does not (a host_vars override)
+    ok("spark-worker", "echo VLLM_SLEEP_WHEN_IDLE=1 | sudo tee -a %s >/dev/null" % ENV_FILE)
+    # checkpoint: an unfinished blob of an interrupted download, as the checkpoint user leaves it
+    ok("spark-head", "sudo -u dgxspark-ckpt touch %s" % UNFINISHED)
+    # serving: the head's engine wedges (seed 000: the API answers, the engine does not move)
+    spark_sim("fault", "spark-head", "wedge")
+    runner, report, took = doctor(tmp_path, "faults", {"doctor_api_timeout": 15})
+    print("doctor wall time with six faults: quick %.1f s" % took)
     expected = dict(ALLREDUCE)
-    expected.update({("spark-worker", "fabric-mtu"): "FAIL", ("spark-head", "gpu-clock-cap"): "FAIL"})
-    assert not_pass(report) == expected, report["results"]
+    expected.update({("spark-worker", "fabric-mtu"): "FAIL", ("spark-head", "gpu-clock-cap"): "FAIL",
+                     ("spark-worker", "platform-leftovers"): "FAIL", ("spark-worker", "parity-vllm-env"): "FAIL",
+                     ("spark-head", "checkpoint-unfinished"): "FAIL", ("spark-head", "serving-completion"): "FAIL"})
+    assert not_pass(report) == expected, [r for r in report["results"] if r["status"] != "PASS"]
     found = result(report, "spark-worker", "fabric-mtu")
     assert found["evidence"] == "%s MTU 1500, expected 9000 (peer: spark-head 9000)" % WORKER_RAIL1, found
     assert found["remedy"].startswith("Set MTU 9000 on this rail's netdev on both nodes")
@@ -129,7 +173,22 @@ def test_a_fault_of_two_classes_fails_exactly_its_check_on_exactly_its_node(tmp_
     found = result(report, "spark-head", "gpu-clock-cap")
     assert "SM clock 2405 MHz, cap 2100 MHz (read back above the cap: the lock is lost)" in found["evidence"], found
     assert found["remedy"].startswith("Start dgxspark-clock-cap.service again")
+    found = result(report, "spark-worker", "platform-leftovers")
+    assert "VLLM::EngineCore" in found["evidence"], found
+    assert found["remedy"].startswith("Stop the leftover processes named in the evidence")
+    found = result(report, "spark-worker", "parity-vllm-env")
+    assert found["evidence"].endswith(": VLLM_SLEEP_WHEN_IDLE (spark-worker 1, spark-head unset)"), found
+    found = result(report, "spark-head", "checkpoint-unfinished")
+    assert found["evidence"] == "1 unfinished file(s): %s" % UNFINISHED, found
+    found = result(report, "spark-head", "serving-completion")
+    assert found["remedy"].startswith("An engine that lists the model but does not answer lost a rank"), found
     assert runner.rc != 0
     messages = siterun.failure_messages(runner)
-    assert any("doctor quick: 2 check(s) failed: spark-worker fabric-mtu, spark-head gpu-clock-cap" in m
-               for m in messages), messages
+    assert any("doctor quick: 6 check(s) failed: " in m for m in messages), messages
+
+
+def test_after_doctor_site_check_mode_still_reports_no_change_and_no_failure(tmp_path):
+    """What test_check_mode.py saw before doctor ran (no change, no failure), again after every doctor run above."""
+    runner = siterun.run_site(tmp_path, cmdline="--check --diff")
+    assert runner.rc == 0, siterun.failure_messages(runner)
+    assert siterun.changed_tasks(runner) == [], "changed in check mode: %s" % siterun.changed_tasks(runner)

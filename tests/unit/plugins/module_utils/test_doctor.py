@@ -151,6 +151,7 @@ def _disk(p):
 
 def _env_drift(p):
     p[WORKER]["node"]["vllm_env_digest"] = "cccc"
+    p[WORKER]["node"]["vllm_env"] = {"HF_HUB_OFFLINE": "1", "VLLM_SLEEP_WHEN_IDLE": "1"}
 
 
 def _record(p):
@@ -193,7 +194,8 @@ FAULTS = [
     ("leftover-vllm", _leftover, WORKER, "platform-leftovers", "FAIL", "pid 4 vllm"),
     ("memory-short", _memory, WORKER, "platform-memory", "FAIL", "below 119808"),
     ("disk-short", _disk, WORKER, "platform-disk", "WARN", "10.0 GB free"),
-    ("vllm-env-drift", _env_drift, WORKER, "parity-vllm-env", "FAIL", "spark-worker has cccc, spark-head has aaaa"),
+    ("vllm-env-drift", _env_drift, WORKER, "parity-vllm-env", "FAIL", "spark-worker has cccc, spark-head has aaaa: VLLM_SLEEP_WHEN_IDLE (spark-worker 1, "
+     "spark-head unset)"),
     ("no-verify-record", _record, WORKER, "checkpoint-record", "FAIL", "no verify record"),
     ("online", _offline, WORKER, "checkpoint-offline", "WARN", "HF_HUB_OFFLINE=0"),
     ("unfinished-blob", _incomplete, WORKER, "checkpoint-unfinished", "FAIL", "abc.incomplete"),

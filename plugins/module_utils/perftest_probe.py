@@ -116,10 +116,13 @@ class Probe:
 
     def __init__(self, binary, device, gid_index, address, ib_port=1, tcp_port=18515, duration=5, size=65536,
                  timeout=30, loopback=False, env=None, qps=4):
-        self.where = 'device %s port %d GID index %d against %s' % (device, ib_port, gid_index, address)
-        # NVIDIA's check: ib_write_bw ... -F --report_gbits -q 4 -D 5 (the 80 Gb/s threshold is of that run)
-        self.server_cmd = [binary, '-d', device, '-i', str(ib_port), '-x', str(gid_index), '-p', str(tcp_port),
-                           '-q', str(qps), '-D', str(duration), '-s', str(size), '-F', '--report_gbits']
+        self.where = 'device %s port %d %s against %s' % (
+            device, ib_port, 'default GID' if gid_index is None else 'GID index %d' % gid_index, address)
+        # NVIDIA's check: ib_write_bw ... -F --report_gbits -q 4 -D 5 (the 80 Gb/s threshold is of that run);
+        # gid_index None leaves -x out (perftest picks the GID: the memory-registration probe needs none)
+        gid = [] if gid_index is None else ['-x', str(gid_index)]
+        self.server_cmd = [binary, '-d', device, '-i', str(ib_port)] + gid + [
+            '-p', str(tcp_port), '-q', str(qps), '-D', str(duration), '-s', str(size), '-F', '--report_gbits']
         self.cmd = self.server_cmd + [address]
         self.tcp_port = tcp_port
         self.timeout = timeout

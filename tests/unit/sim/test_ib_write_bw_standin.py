@@ -416,3 +416,46 @@ def test_help_and_version_exit_1_like_perftest(healthy):
     assert "      --report_gbits  Report Max/Average BW of test in Gbit/sec (instead of MiB/sec)\n" in help_run.stdout
     version = run_tool(healthy, "-V")
     assert (version.returncode, version.stdout, version.stderr) == (1, "Version: 6.24\n", "")
+
+
+# ------------------------------------------------------------------- kernel 7.0 with Kexec HandOver (sparksim/kernel.py)
+
+def _kho_node(tmp_path: Path, healthy: dict[str, str], cmdline: str) -> dict[str, str]:
+    """The healthy node running the fault's kernel: its stand-in /proc and /boot as the fault and the boot write them."""
+    from sparksim import kernel
+    proc, boot = tmp_path / "proc", tmp_path / "boot"
+    (proc / "sys" / "kernel").mkdir(parents=True)
+    (proc / "sys" / "kernel" / "osrelease").write_text(kernel.KHO_KERNEL + "\n")
+    (proc / "cmdline").write_text(cmdline + "\n")
+    boot.mkdir()
+    (boot / ("config-" + kernel.KHO_KERNEL)).write_text(kernel.KHO_CONFIG)
+    return dict(healthy, SPARK_SIM_PROC=str(proc), SPARK_SIM_BOOT_DIR=str(boot))
+
+
+def test_kho_on_fails_memory_registration_with_enomem_at_both_ends(tmp_path, healthy):
+    """perftest's register_memory_region / create_mr / ctx_init texts, exit 1 (write_bw.c main), before the test info."""
+    env = _kho_node(tmp_path, healthy, "BOOT_IMAGE=/boot/vmlinuz-7.0.0-1019-nvidia root=LABEL=spark-sim ro quiet splash")
+    args = ["-d", "rocep1s0f1", "-s", "4194304", "-q", "1", "-D", "1", "-F", "--report_gbits"]
+    server, client = pair(tmp_path, env, env, args, args)
+    expected = ("Couldn't allocate MR with error=12\nfailed to create mr\nFailed to create MR\n"
+                " Couldn't create IB resources\n")
+    assert (client.returncode, server.returncode) == (1, 1)
+    assert client.stderr == expected and server.stderr == expected
+    assert "RDMA_Write BW Test" not in client.stdout
+
+
+def test_kho_off_on_the_command_line_registers(tmp_path, healthy):
+    env = _kho_node(tmp_path, healthy, "BOOT_IMAGE=/boot/vmlinuz-7.0.0-1019-nvidia root=LABEL=spark-sim ro quiet splash kho=off")
+    args = ["-d", "rocep1s0f1", "-s", "4194304", "-q", "1", "-D", "1", "-F", "--report_gbits"]
+    server, client = pair(tmp_path, env, env, args, args)
+    assert (client.returncode, server.returncode) == (0, 0), client.stderr + server.stderr
+    assert "RDMA_Write BW Test" in client.stdout
+
+
+def test_boot_cmdline_follows_etc_default_grub(tmp_path):
+    from sparksim import kernel
+    grub = tmp_path / "grub"
+    assert kernel.boot_cmdline("7.0.0-1019-nvidia", str(grub)).endswith("ro quiet splash")
+    grub.write_text('GRUB_CMDLINE_LINUX_DEFAULT="quiet splash kho=off"\nGRUB_CMDLINE_LINUX=""\n')
+    line = kernel.boot_cmdline("7.0.0-1019-nvidia", str(grub))
+    assert line == "BOOT_IMAGE=/boot/vmlinuz-7.0.0-1019-nvidia root=LABEL=spark-sim ro quiet splash kho=off"

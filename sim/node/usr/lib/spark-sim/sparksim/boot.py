@@ -14,7 +14,7 @@ import sys
 import uuid
 from typing import Any
 
-from . import gpu, rdma, state as statefile
+from . import gpu, kernel, rdma, state as statefile
 
 BOOT_ID_PATH = "/run/spark-sim/boot_id"
 
@@ -111,6 +111,8 @@ def main() -> int:
     for line in apply_power_on(state):
         print("spark-sim: %s" % line)
     statefile.save(state)
+    kernel.write_running(state)
+    print("spark-sim: kernel %s, command line: %s" % (kernel.running_release(state), kernel.write_cmdline(state)))
     for line in configure_links(state):
         print("spark-sim: %s" % line)
     rdma.write_sysfs(state, statefile.sysfs_root(state))

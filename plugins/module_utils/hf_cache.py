@@ -157,7 +157,7 @@ def link_problems(repo_dir):
             found.append((top, "a link (to %s), expected a directory" % os.readlink(path)))
     for base, dirs, files in os.walk(repo_dir, followlinks=False):
         rel = os.path.relpath(base, repo_dir)
-        top = "" if rel == "." else rel.split(os.sep)[0]
+        top = "" if rel == "." else rel.split(os.sep, maxsplit=1)[0]
         for name in dirs:
             full = os.path.join(base, name)
             where = os.path.relpath(full, repo_dir)

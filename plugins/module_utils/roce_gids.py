@@ -165,7 +165,10 @@ def _normalize_gid(token: str) -> str:
     token = token.lower()
     if 'x' in token or _GID_FULL_RE.match(token):
         return token
-    return ipaddress.IPv6Address(token).exploded
+    # eight 4-digit groups from the 16 bytes: IPv6Address.exploded writes an IPv4-mapped address's tail
+    # dotted (0000:...:ffff:10.0.0.1) from Python 3.13 on, where show_gids and sysfs write 0a00:0001
+    packed = ipaddress.IPv6Address(token).packed.hex()
+    return ':'.join(packed[i:i + 4] for i in range(0, 32, 4))
 
 
 def _is_redacted(token: str) -> bool:

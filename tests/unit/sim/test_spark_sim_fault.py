@@ -68,3 +68,35 @@ def test_faults_accumulate_clear_and_reach_the_engine(tmp_path):
     assert edit(tmp_path, state, "slow-prefill") == ["slow-prefill"]
     assert cond.prefill_rate() == pytest.approx(468540 / 498.0)    # seed 000's needle: 468,540 tokens in 498 s
     assert edit(tmp_path, state, "wedge") == ["slow-prefill", "wedge"] and cond.faults() == ["slow-prefill", "wedge"]
+
+
+def test_no_network_after_reboot_downs_only_the_management_link(monkeypatch, tmp_path):
+    """boot.management_down: after a reboot (not the first boot) the links without a fabric address go down."""
+    import sys as _sys
+    lib = str(Path(__file__).resolve().parents[3] / "sim" / "node" / "usr" / "lib" / "spark-sim")
+    if lib not in _sys.path:
+        _sys.path.insert(0, lib)
+    from sparksim import boot, rdma
+    state = {"hostname": "spark-worker", "boot": {"count": 2}, "faults": {"no_network_after_reboot": True},
+             "hcas": rdma.default_hcas("spark-worker", [{"netdev": "enp1s0f1np1", "ipv4": "192.168.100.2"}])}
+    links = [{"ifname": "lo", "addr_info": [{"local": "127.0.0.1"}]},
+             {"ifname": "eth0", "addr_info": [{"local": "172.30.0.11"}]},
+             {"ifname": "enp1s0f1np1", "addr_info": [{"local": "192.168.100.2"}]}]
+    calls = []
+    monkeypatch.setattr(boot, "_ip_json", lambda *args: links)
+    monkeypatch.setattr(boot, "DEFAULT_ROUTE_PATH", str(tmp_path / "default-route"))
+
+    def run(argv, check, **kwargs):
+        if argv[:3] == ["ip", "route", "show"]:
+            return subprocess.CompletedProcess(argv, 0, "default via 172.30.0.1 dev eth0\n", "")
+        calls.append(argv)
+    monkeypatch.setattr(boot.subprocess, "run", run)
+    lines = boot.management_down(state)
+    assert calls == [["ip", "link", "set", "dev", "eth0", "down"]]
+    assert "eth0 (172.30.0.11) did not come back" in lines[0]
+    assert (tmp_path / "default-route").read_text() == "default via 172.30.0.1 dev eth0\n"
+    state["boot"]["count"] = 1
+    calls.clear()
+    assert boot.management_down(state) == [] and calls == []
+    state["boot"]["count"], state["faults"]["no_network_after_reboot"] = 3, False
+    assert boot.management_down(state) == [] and calls == []

@@ -17,6 +17,7 @@ from typing import Any
 from . import gpu, kernel, rdma, state as statefile
 
 BOOT_ID_PATH = "/run/spark-sim/boot_id"
+DEFAULT_ROUTE_PATH = "/run/spark-sim/default-route"   # the default route a management link took down with it
 
 
 def init_state(hostname: str, rails: list[dict[str, Any]], options: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -86,6 +87,31 @@ def configure_links(state: dict[str, Any]) -> list[str]:
     return lines
 
 
+def management_down(state: dict[str, Any]) -> list[str]:
+    """The fault no-network-after-reboot: after a reboot (not the first boot) the management network does not come
+    back (every link with an IPv4 that is not a fabric rail's stays down) until the operator's power cycle
+    (`spark-sim fault HOST clear` brings it up). A field report: after fwupdmgr, a node rebooted by Ansible came back
+    without network until its power was pulled."""
+    if not (state.get("faults") or {}).get("no_network_after_reboot") or int(state.get("boot", {}).get("count", 0)) <= 1:
+        return []
+    fabric = {ip for hca in state.get("hcas", []) for port in hca.get("ports", [])
+              for ip, _v1, _v2 in rdma.ipv4_pairs_of(port.get("gids", []))}
+    lines = []
+    default = subprocess.run(["ip", "route", "show", "default"], check=False, capture_output=True, text=True).stdout
+    if default.strip():   # the power cycle (spark-sim fault HOST clear) puts it back with the link
+        os.makedirs(os.path.dirname(DEFAULT_ROUTE_PATH), exist_ok=True)
+        with open(DEFAULT_ROUTE_PATH, "w", encoding="utf-8") as handle:
+            handle.write(default.splitlines()[0].strip() + "\n")
+    for link in _ip_json("-4", "addr", "show"):
+        name = link.get("ifname")
+        addrs = [a.get("local") for a in link.get("addr_info", [])]
+        if name == "lo" or not addrs or any(a in fabric for a in addrs):
+            continue
+        subprocess.run(["ip", "link", "set", "dev", name, "down"], check=True)
+        lines.append("management network %s (%s) did not come back (fault no-network-after-reboot)" % (name, ", ".join(addrs)))
+    return lines
+
+
 def write_boot_id(path: str = BOOT_ID_PATH) -> str:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     boot_id = str(uuid.uuid4())
@@ -113,7 +139,7 @@ def main() -> int:
     statefile.save(state)
     kernel.write_running(state)
     print("spark-sim: kernel %s, command line: %s" % (kernel.running_release(state), kernel.write_cmdline(state)))
-    for line in configure_links(state):
+    for line in configure_links(state) + management_down(state):
         print("spark-sim: %s" % line)
     rdma.write_sysfs(state, statefile.sysfs_root(state))
     print("spark-sim: boot %d done" % state["boot"]["count"])

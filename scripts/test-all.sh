@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Run every test gate of dgxspark.cluster (the README's test command; .ci/run calls it):
-#   yamllint, ansible-lint (production), ansible-test sanity, pytest, every molecule scenario.
+#   yamllint, ansible-lint (production), ansible-test sanity, pytest, the newest controller
+#   (ansible-test sanity and unit tests on the ansible-core of requirements-newest.txt), every molecule scenario.
 # Installs what it needs first (scripts/bootstrap.sh). Each gate runs even when
 # an earlier one failed; the exit code is non-zero when any gate failed. With
 # molecule among them, the static gates run beside it (see below).
-# Usage: scripts/test-all.sh [gate ...]   (gates: yamllint ansible-lint sanity pytest molecule)
+# Usage: scripts/test-all.sh [gate ...]   (gates: yamllint ansible-lint sanity pytest controllers molecule)
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
@@ -12,12 +13,19 @@ cd "$repo"
 source "$repo/scripts/bootstrap.sh" || exit 1
 
 gates=("$@")
-[ ${#gates[@]} -gt 0 ] || gates=(yamllint ansible-lint sanity pytest molecule)
+[ ${#gates[@]} -gt 0 ] || gates=(yamllint ansible-lint sanity pytest controllers molecule)
 
 gate_yamllint() { yamllint --strict . ; }
 gate_ansible-lint() { ansible-lint --offline ; }
 gate_sanity() { "$repo/scripts/sanity.sh" ; }
 gate_pytest() { python -m pytest -q tests/unit ; }
+# The controller lanes (issue 29). The default one is this venv (requirements.txt): the gates above
+# and every molecule scenario run on it. The newest one (requirements-newest.txt, scripts/controller-newest.sh):
+# its image (a thin layer on the sim's debootstrap base image, built once per machine), syntax check, ansible-test
+# sanity and the unit tests on that release here; the molecule default scenario's verify drives the
+# converged pair from it (test_site_via_newest_controller.py). Each writes summary lines to
+# .cache/controllers/, printed with the summary below.
+gate_controllers() { "$repo/scripts/controller-newest.sh" gate ; }
 # The molecule scenarios of the gate, in three lanes that run side by side (each
 # scenario has its own sim pair, names and subnets; a scenario spends much of its
 # time waiting on reboots, downloads and health checks, so three lanes keep the CI
@@ -61,8 +69,10 @@ gate_molecule() {
   for scenario in ${MOLECULE_SCENARIOS:-${GATE_LANES[*]}}; do
     [ -f "molecule/$scenario/molecule.yml" ] || { echo "molecule: no scenario $scenario" >&2; return 1; }
   done
-  # Build the node image once, before the lanes could race to build it.
-  "$repo/sim/spark-sim" build || return 1
+  # Build the node image once, before the lanes could race to build it (the lock: the controllers
+  # gate builds its image on the node image and may ask for it at the same time).
+  mkdir -p "$repo/.cache"
+  flock "$repo/.cache/sim-build.lock" "$repo/sim/spark-sim" build || return 1
   if [ -n "${MOLECULE_SCENARIOS:-}" ]; then
     # shellcheck disable=SC2086
     molecule_lane $MOLECULE_SCENARIOS
@@ -80,8 +90,10 @@ gate_molecule() {
 }
 
 for gate in "${gates[@]}"; do
-  declare -F "gate_$gate" >/dev/null || { echo "unknown gate $gate (known: yamllint ansible-lint sanity pytest molecule)" >&2; exit 2; }
+  declare -F "gate_$gate" >/dev/null || { echo "unknown gate $gate (known: yamllint ansible-lint sanity pytest controllers molecule)" >&2; exit 2; }
 done
+# the controller lanes' summary lines of this run only
+rm -rf "$repo/.cache/controllers"
 
 # run_gate GATE: run it, print its result line and record it (summary_file, one line per gate)
 summary_file=$(mktemp)
@@ -133,5 +145,15 @@ passed=$(grep -c ' passed ' "$summary_file" || true)
 failed=$(grep -c ' FAILED ' "$summary_file" || true)
 printf '\n===== summary =====\n'
 cat "$summary_file"
+if [[ " ${gates[*]} " == *" controllers "* || " ${gates[*]} " == *" molecule "* ]]; then
+  printf '\n===== controller lanes =====\n'
+  python -c 'import sys, ansible.release as r; print("controller default: ansible-core %s, Python %s (.venv, requirements.txt): the gates above" % (r.__version__, sys.version.split()[0]))'
+  cat "$repo/.cache/controllers/newest-gate.txt" 2>/dev/null || true
+  if [ -f "$repo/.cache/controllers/newest-default.txt" ]; then
+    cat "$repo/.cache/controllers/newest-default.txt"
+  elif [[ " ${gates[*]} " == *" molecule "* && " ${MOLECULE_SCENARIOS:-default} " == *" default "* ]]; then
+    echo "controller newest: no converge, re-run or validate line: the default scenario's verify did not reach test_site_via_newest_controller.py"
+  fi
+fi
 echo "gates: $passed passed, $failed failed"
 [ "$failed" -eq 0 ] && [ "$passed" -eq "${#gates[@]}" ]

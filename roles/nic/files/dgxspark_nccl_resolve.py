@@ -64,6 +64,31 @@ def load_library():
     return roce_gids
 
 
+def write_metrics(rails, gid_index, resolved):
+    """dgxspark_nccl_gid_index per rail and dgxspark_nccl_gid_resolved, for node exporter's textfile collector.
+
+    Written with the collection's textfile_metrics.py (installed by the metrics role beside roce_gids); without it,
+    or without its directory, the metrics are off. A failure to write is logged, never fails the start.
+    """
+    lib_dir = os.environ.get('DGXSPARK_LIB') or DEFAULT_LIB
+    if lib_dir not in sys.path:
+        sys.path.insert(0, lib_dir)
+    try:
+        import textfile_metrics  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        return
+    samples = [('dgxspark_nccl_gid_resolved', {}, 1 if resolved else 0)]
+    for number, rail in enumerate(rails):
+        index = gid_index if gid_index is not None else min(rail['indices'])
+        samples.append(('dgxspark_nccl_gid_index', {'rail': str(number), 'device': rail['device'], 'port': str(rail['port']),
+                                                    'netdev': rail.get('netdev') or '', 'ipv4': rail['ipv4'],
+                                                    'selected_by': 'resolver' if gid_index is not None else 'nccl'}, index))
+    try:
+        textfile_metrics.write('nccl', samples)
+    except (OSError, ValueError) as exc:
+        log('could not write the NCCL metrics in %s: %s' % (lib_dir, exc))
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(prog=PROG, description='Write the NCCL/host environment file from the live RoCE GID table.')
     parser.add_argument('--fabric-ipv4', action='append', required=True, metavar='IP',
@@ -168,6 +193,8 @@ def run(argv):
             if time.monotonic() + args.wait_interval > deadline:
                 log('FAILED: %s%s' % (exc, ' (after %d attempts in %g s, --wait)' % (attempt, args.wait) if args.wait else ''))
                 remove_stale(args.output)
+                if args.output != '-':
+                    write_metrics([], None, False)
                 return EXIT_FAILED
             if attempt == 1:
                 # Bounded: the fabric may still be coming up after a boot (link training, addresses, GIDs).
@@ -193,6 +220,8 @@ def run(argv):
         except OSError as exc:
             log('FAILED: cannot write %s: %s' % (args.output, exc))
             return EXIT_FAILED
+    if args.output != '-':
+        write_metrics(resolution['rails'], resolution['gid_index'], True)
     log('%s; wrote %s (from %s)' % (resolution['summary'], 'stdout' if args.output == '-' else args.output, source))
     if overridden:
         log('warning: resolved values replace %s from --static-env' % ', '.join(overridden))

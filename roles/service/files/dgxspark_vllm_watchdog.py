@@ -279,7 +279,26 @@ def main(argv=None):
     path = os.path.join(conf['state_dir'], 'state.json')
     state = tick(conf, load_state(path))
     save_state(path, state)
+    write_metrics(state)
     return 0
+
+
+def write_metrics(state, now=None):
+    """dgxspark_watchdog_* for node exporter's textfile collector (textfile_metrics.py, installed by the metrics role
+    beside this file; without it, or without its directory, the metrics are off). Never fails a tick."""
+    try:
+        import textfile_metrics  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        return
+    counts = state.get('counts', {})
+    samples = [('dgxspark_watchdog_stalls_total', {}, counts.get('wedges', 0)),
+               ('dgxspark_watchdog_restarts_total', {}, counts.get('restarts', 0)),
+               ('dgxspark_watchdog_not_restarted_total', {}, counts.get('not_restarted', 0)),
+               ('dgxspark_watchdog_last_tick_timestamp_seconds', {}, round(time.time() if now is None else now, 3))]
+    try:
+        textfile_metrics.write('watchdog', samples)
+    except (OSError, ValueError) as exc:
+        say('could not write the watchdog metrics: %s' % exc)
 
 
 if __name__ == '__main__':

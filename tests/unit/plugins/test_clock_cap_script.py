@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -19,6 +20,8 @@ NODE_LIB = REPO / "sim" / "node" / "usr" / "lib" / "spark-sim"
 sys.path.insert(0, str(NODE_LIB))
 
 from sparksim import gpu as gpumod  # noqa: E402
+
+from ansible_collections.dgxspark.cluster.plugins.module_utils import textfile_metrics as tm  # noqa: E402
 
 
 @pytest.fixture
@@ -142,3 +145,35 @@ def test_usage_errors_exit_2(node):
     assert node.run().returncode == 2
     assert node.run("apply", "nvidia-smi").returncode == 2
     assert node.run("require").returncode == 2
+
+
+def test_apply_and_release_write_the_clock_cap_metrics(node, tmp_path):
+    """dgxspark_clock_cap_* through the collection's textfile_metrics.py (the metrics role's), atomically, 0644."""
+    metrics = tmp_path / "metrics"
+    metrics.mkdir()
+    lib = REPO / "plugins" / "module_utils" / "textfile_metrics.py"
+
+    def run(*args):
+        env = dict(DGXSPARK_METRICS_LIB=str(lib), DGXSPARK_METRICS_DIR=str(metrics))
+        with mock.patch.dict(os.environ, env):
+            return node.run(*args)
+
+    assert run("apply", "nvidia-smi", "0", "2100", "3", "0").returncode == 0
+    text = (metrics / "clock_cap.prom").read_text()
+    assert tm.read(text) == [("dgxspark_clock_cap_applied", {}, 1.0), ("dgxspark_clock_cap_max_mhz", {}, 2100.0),
+                             ("dgxspark_sm_clock_mhz", {}, 2080.0)]
+    assert "# TYPE dgxspark_sm_clock_mhz gauge" in text
+    assert oct((metrics / "clock_cap.prom").stat().st_mode & 0o777) == "0o644"
+    assert sorted(p.name for p in metrics.iterdir()) == ["clock_cap.prom"]        # no temporary file left
+    node.faults(lgc_fails=True)
+    assert run("apply", "nvidia-smi", "0", "2100", "1", "0").returncode == 1
+    failed = tm.read((metrics / "clock_cap.prom").read_text())
+    assert failed[:2] == [("dgxspark_clock_cap_applied", {}, 0.0), ("dgxspark_clock_cap_max_mhz", {}, 2100.0)]
+    run("release", "nvidia-smi")
+    assert tm.read((metrics / "clock_cap.prom").read_text()) == [("dgxspark_clock_cap_applied", {}, 0.0)]
+
+
+def test_no_metrics_without_the_metrics_role(node, tmp_path):
+    with mock.patch.dict(os.environ, dict(DGXSPARK_METRICS_LIB=str(tmp_path / "absent.py"))):
+        proc = node.run("apply", "nvidia-smi", "0", "2100", "3", "0")
+    assert proc.returncode == 0 and "metrics" not in proc.stderr

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils import roce_gids as rg
+from ansible_collections.dgxspark.cluster.plugins.module_utils import textfile_metrics as tm
 from captures import capture as real_capture
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -313,3 +314,22 @@ def test_wait_zero_is_one_attempt(tmp_path):
     assert proc.returncode == 1 and 'not yet' not in proc.stderr and 'attempts' not in proc.stderr
     bad = resolve(tmp_path, '--fabric-ipv4', IP0, '--wait', '-1')
     assert bad.returncode == 2 and '--wait must be >= 0' in bad.stderr
+
+
+def test_the_resolver_writes_each_rails_gid_index_for_node_exporter(tmp_path):
+    """dgxspark_nccl_gid_index per rail and dgxspark_nccl_gid_resolved (textfile_metrics beside roce_gids)."""
+    sysfs = make_sysfs(tmp_path / 'sys', spark_rows(index0=3, index1=3))
+    metrics = tmp_path / 'metrics'
+    metrics.mkdir()
+    out = tmp_path / 'nccl.env'
+    proc = resolve(tmp_path, '--fabric-ipv4', '192.168.100.10', '--fabric-ipv4', '192.168.101.10', '--sysfs-root', sysfs,
+                   '--output', out, env={'DGXSPARK_METRICS_DIR': str(metrics)})
+    assert proc.returncode == 0, proc.stderr
+    page = tm.read((metrics / 'nccl.prom').read_text())
+    assert ('dgxspark_nccl_gid_resolved', {}, 1.0) in page
+    rails = sorted((labels['rail'], labels['ipv4'], value) for name, labels, value in page if name == 'dgxspark_nccl_gid_index')
+    assert rails == [('0', '192.168.100.10', 3.0), ('1', '192.168.101.10', 3.0)]
+    proc = resolve(tmp_path, '--fabric-ipv4', '192.168.199.10', '--sysfs-root', sysfs, '--output', out,
+                   env={'DGXSPARK_METRICS_DIR': str(metrics)})
+    assert proc.returncode == 1
+    assert tm.read((metrics / 'nccl.prom').read_text()) == [('dgxspark_nccl_gid_resolved', {}, 0.0)]

@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import time
+import types
 
 import ansible_runner
 import pytest
@@ -42,10 +43,8 @@ STATE = "/var/lib/dgxspark/watchdog/state.json"
 CHECK = "/usr/local/lib/dgxspark/dgxspark_vllm_check.py"
 CLIENT = "/root/watchdog-client.py"
 
-# Not yet run once on the sim (the session that wrote it had no free scenario slot before its deadline): opt in with
-# DGXSPARK_WATCHDOG_VERIFY=1 (e.g. DGXSPARK_WATCHDOG_VERIFY=1 /tmp/run-scenario.sh service); drop this mark once it passed.
-pytestmark = pytest.mark.skipif(os.environ.get("DGXSPARK_WATCHDOG_VERIFY") != "1",
-                                reason="watchdog/stop verify not yet run on the sim: DGXSPARK_WATCHDOG_VERIFY=1 runs it")
+sys.path.insert(0, os.path.join(PROJECT, "plugins", "module_utils"))
+import textfile_metrics  # noqa: E402 pylint: disable=wrong-import-position
 
 with open(os.path.join(INVENTORY, "group_vars", "spark", "service.yml"), encoding="utf-8") as _handle:
     VARS = yaml.safe_load(_handle)
@@ -201,6 +200,14 @@ def test_01_a_wedge_restarts_the_ranks_within_the_window():
     assert main_pid(WORKER) != worker_pid                                      # the worker followed its head
     counts = state()["counts"]
     assert counts["restarts"] == 1 and counts["wedges"] == 1, counts
+    assert watchdog_metrics() == {"stalls": 1.0, "restarts": 1.0, "not_restarted": 0.0}   # a metric counts it
+
+
+def watchdog_metrics():
+    """The watchdog's counters as node exporter's textfile collector reads them on the head (its watchdog.prom)."""
+    page = textfile_metrics.read(out(HEAD, "cat /var/lib/dgxspark/metrics/watchdog.prom"))
+    return {key[len("dgxspark_watchdog_"):-len("_total")]: value for key, labels, value in page
+            if key.startswith("dgxspark_watchdog_") and key.endswith("_total")}
 
 
 def test_02_a_slow_prefill_over_the_window_is_left_alone():
@@ -233,6 +240,7 @@ def test_03_the_restart_bound_holds():
     assert main_pid(HEAD) == head_pid
     counts = state()["counts"]
     assert counts["restarts"] == 1 and counts["not_restarted"] == 1, counts
+    assert watchdog_metrics() == {"stalls": 2.0, "restarts": 1.0, "not_restarted": 1.0}
 
 
 def test_04_restart_false_reports_only():
@@ -264,8 +272,10 @@ def _run(tmp_path, playbook, extravars=None):
                "SPARK_SIM_DIR": SIM_DIR, "ANSIBLE_NOCOLOR": "1"}
     runner = ansible_runner.run(private_data_dir=str(private), playbook=playbook, inventory=INVENTORY, envvars=envvars,
                                 extravars=extravars or {}, quiet=True, timeout=1200)
+    # the events are read from the artifacts directory: keep them before it goes
+    result = types.SimpleNamespace(rc=runner.rc, events=list(runner.events))
     shutil.rmtree(private / "artifacts", ignore_errors=True)
-    return runner
+    return result
 
 
 def _changed(runner):

@@ -297,9 +297,10 @@ def _run_case(tmp_root, case):
 
 # What "nothing changed" means on a node: every file, directory and link under these trees (type, owner, mode,
 # size and mtime for files), the checksums of /etc/dgxspark and the units, the owner and mode of / and of the
-# cache and its parents, and when the units last started.
+# cache and its parents, and when the units last started. Not /var/lib/dgxspark/metrics: the metrics role's timer
+# rewrites node.prom there every metrics_node_interval (15) s on its own, run or no run.
 SNAPSHOT = " ; ".join([
-    "find %s -xdev \\( -path /etc/ssh -prune \\) -o \\( -type f -printf '%%p f %%u:%%g %%m %%s %%T@\\n' \\)"
+    "find %s -xdev \\( -path /etc/ssh -prune \\) -o \\( -path /var/lib/dgxspark/metrics -prune \\) -o \\( -type f -printf '%%p f %%u:%%g %%m %%s %%T@\\n' \\)"
     " -o -printf '%%p %%y %%u:%%g %%m\\n' 2>/dev/null | sort" % NODE_PATHS,
     "find /etc/dgxspark /etc/systemd/system -xdev -type f -name '*' -exec sha256sum {} + 2>/dev/null | sort -k2",
     "stat -c '%n %U:%G %a %F' / /var /var/lib /var/lib/dgxspark /var/lib/dgxspark/huggingface"

@@ -137,6 +137,8 @@ def read_token(fd, info):
         token = raw.decode('ascii').strip()
     except UnicodeDecodeError:
         raise ValueError('the token is not ASCII text')
+    if any(ord(c) < 32 or ord(c) == 127 for c in token):   # NUL and other controls: a binary file (a tar header)
+        raise ValueError('the token is not ASCII text')
     if len(token) < 16 or any(c.isspace() for c in token):
         raise ValueError('the token must be one word of at least 16 characters')
     return token

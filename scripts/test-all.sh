@@ -26,18 +26,18 @@ gate_pytest() { python -m pytest -q tests/unit ; }
 # converged pair from it (test_site_via_newest_controller.py). Each writes summary lines to
 # .cache/controllers/, printed with the summary below.
 gate_controllers() { "$repo/scripts/controller-newest.sh" gate ; }
-# The molecule scenarios of the gate, in three lanes that run side by side (each
+# The molecule scenarios of the gate, in four lanes that run side by side (each
 # scenario has its own sim pair, names and subnets; a scenario spends much of its
-# time waiting on reboots, downloads and health checks, so three lanes keep the CI
-# machine's two cores busy). Lane 1 is `default` (all of site.yml, a reboot of both
-# nodes, the reliability cases, the guards, the newest controller's run), alone since
-# session 9 (it grew by ~8 min); clock_cap is a short lane of its own; the others balance the
-# role scenarios by their measured minutes (a gate on this machine, 2026-12-02:
-# default 29, service 18, checkpoint 16, nic 15, driver ~15, service_container ~12,
-# clock_cap 7: lanes of about 36, 34 and 42).
+# time waiting on reboots, downloads and health checks, so the lanes keep the CI
+# machine's two cores busy). `default` (all of site.yml, a reboot of both nodes, the
+# reliability cases, the guards, doctor, the newest controller's run) and `service`
+# (the watchdog, stop and metrics verify) each have a lane; the others balance the role
+# scenarios by their measured minutes (gate of 2026-12-02 18:29, under load: default
+# 58, service 55, nic 32, service_container 20, clock_cap 16, driver 13, checkpoint 12:
+# lanes of about 58, 55, 52 and 41).
 # Every scenario is in a lane: a scenario left out would be a test that never runs.
 # MOLECULE_SCENARIOS="a b" runs those one after another instead (one lane).
-GATE_LANES=("default" "service checkpoint" "nic service_container driver" "clock_cap")
+GATE_LANES=("default" "service" "nic service_container" "clock_cap checkpoint driver")
 # failures LOG: every failed task of the log (the last 8, each with 30 lines), rescued and ignored ones
 # included: a host that carried on without a failed one can push the cause out of the log's tail
 failures() {

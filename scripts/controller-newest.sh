@@ -98,18 +98,11 @@ versions() {
   run python -c 'import sys, ansible.release as r; print("ansible-core %s, Python %s" % (r.__version__, sys.version.split()[0]))'
 }
 
-# sanity: the tracked files (as scripts/sanity.sh picks them) copied under
-# .cache/controller-newest/sanity/ansible_collections/dgxspark/cluster, a git repository of its own
-# (ansible-test lists the collection's files with git).
+# sanity: the collection as scripts/sanity.sh sees it (scripts/sanity-tree.sh), under
+# .cache/controller-newest/sanity/ansible_collections/dgxspark/cluster.
 sanity() {
-  local tree=$cache/sanity/ansible_collections/dgxspark/cluster pipver
-  rm -rf "$cache/sanity"
-  mkdir -p "$tree"
-  (cd "$repo" && git ls-files -z --cached --others --exclude-standard | grep -zvE '^(collections|sim|molecule|tests/fixtures)/|^\.venv$' \
-    | while IFS= read -r -d '' f; do
-        if [ -e "$f" ] || [ -L "$f" ]; then cp -P --parents "$f" "$tree/"; fi
-      done)
-  (cd "$tree" && git init -q && git add -A && git -c user.name=sanity -c user.email=sanity@localhost commit -qm sanity)
+  local tree pipver
+  tree=$("$repo/scripts/sanity-tree.sh" "$cache/sanity")
   # ansible-test's venvs bootstrap pip from a cached get-pip script: one that only calls ensurepip
   pipver=$(run python -c 'import inspect, re
 from ansible_test._internal import python_requirements as pr

@@ -1,23 +1,13 @@
 #!/usr/bin/env bash
 # ansible-test sanity on the collection. ansible-test wants the collection at
 # .../ansible_collections/<namespace>/<name> and sees only git-tracked files, so
-# this copies the tracked files (less the collections/ self-link) into such a
-# tree under .cache/ and runs there. sim/, molecule/ and tests/fixtures/ are left out:
-# the test rig, not part of the built collection (galaxy.yml build_ignore); the
-# stand-ins keep the interpreters of the tools they replace, and the real captures
-# keep their bytes (CRLF line endings and trailing blanks are what the tests replay).
+# scripts/sanity-tree.sh copies the collection (less the test rig) into such a tree
+# under .cache/ and this runs there.
 # Its venvs bootstrap pip from a cached get-pip script that only calls
 # ensurepip (ansible-test's own download is not reachable here).
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-tree=$repo/.cache/sanity/ansible_collections/dgxspark/cluster
-rm -rf "$repo/.cache/sanity"
-mkdir -p "$tree"
-(cd "$repo" && git ls-files -z --cached --others --exclude-standard | grep -zvE '^(collections|sim|molecule|tests/fixtures)/' \
-  | while IFS= read -r -d '' f; do
-      if [ -e "$f" ] || [ -L "$f" ]; then cp -P --parents "$f" "$tree/"; fi
-    done)
-(cd "$tree" && git init -q && git add -A && git -c user.name=sanity -c user.email=sanity@localhost commit -qm sanity)
+tree=$("$repo/scripts/sanity-tree.sh" "$repo/.cache/sanity")
 pipver=$(python - <<'PY'
 import inspect, re
 from ansible_test._internal import python_requirements as pr

@@ -18,9 +18,12 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import errno
+import fcntl
 import os
 import re
 import socket
+import stat
 import subprocess
 import tempfile
 import time
@@ -33,6 +36,68 @@ NO_SERVER = "Couldn't connect to"
 BANNER_WAIT = 20.0       # seconds a just-started server may take to listen
 CONNECT_GRACE = 20.0     # seconds the client is retried while no server listens yet
 RETRY_PAUSE = 0.2
+
+
+class LockError(Exception):
+    """The node lock could not be taken (unsafe place, or held by another run for too long)."""
+
+
+class NodeLock:
+    """An exclusive flock(2) on ``path``, waited for up to ``wait`` seconds, released on exit.
+
+    Two ansible runs on one node (site.yml beside doctor.yml, or the gate's bad-input runs four at a time) would
+    otherwise start two loopback servers on one TCP port: one exits "Couldn't listen to port", the other's
+    client meets the wrong server. The file lives in a directory only root writes (/run, like iptables'
+    /run/xtables.lock): its parent must be owned by this user or root and writable by no one else, and the file
+    is opened without following a link. It stays in place (tmpfs, gone at boot): removing a lock file races.
+    """
+
+    def __init__(self, path, wait):
+        self.path = path
+        self.wait = wait
+        self.fd = None
+
+    def __enter__(self):
+        parent = os.path.dirname(os.path.abspath(self.path))
+        try:
+            info = os.lstat(parent)
+        except OSError as exc:
+            raise LockError('cannot use the lock %s: %s' % (self.path, exc.strerror))
+        if (not stat.S_ISDIR(info.st_mode) or info.st_uid not in (0, os.geteuid())
+                or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
+            raise LockError('will not take the lock %s: its directory %s is not a directory that only root (or this '
+                            'user) can write' % (self.path, parent))
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, 'O_NOFOLLOW', 0) | getattr(os, 'O_CLOEXEC', 0)
+        try:
+            self.fd = os.open(self.path, flags, 0o600)
+        except OSError as exc:
+            raise LockError('cannot open the lock %s: %s' % (self.path, exc.strerror))
+        if not stat.S_ISREG(os.fstat(self.fd).st_mode):
+            self.release()
+            raise LockError('the lock %s is not a regular file' % self.path)
+        limit = time.monotonic() + self.wait
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return self
+            except (IOError, OSError) as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    self.release()
+                    raise LockError('cannot lock %s: %s' % (self.path, exc.strerror))
+            if time.monotonic() >= limit:
+                self.release()
+                raise LockError('another probe (another ansible run on this node) held the lock %s for %ds; run '
+                                'again when it has finished' % (self.path, self.wait))
+            time.sleep(RETRY_PAUSE)
+
+    def release(self):
+        if self.fd is not None:
+            os.close(self.fd)   # closing the descriptor drops the flock
+            self.fd = None
+
+    def __exit__(self, *exc):
+        self.release()
+        return False
 
 
 class ProbeError(Exception):

@@ -78,6 +78,17 @@ options:
     description: Run the registration probe (V(false) reads only the kernel and KHO state).
     type: bool
     default: true
+  lock_file:
+    description:
+      - The probes of one node take an exclusive C(flock) on this file first, so two runs on one node (C(site.yml)
+        beside C(doctor.yml)) never start two servers on O(tcp_port). Its directory must be writable by root
+        only; the file is created once and left in place (C(/run) is a tmpfs).
+    type: path
+    default: /run/dgxspark-rdma-probe.lock
+  lock_timeout:
+    description: Seconds to wait for another run's probe to release O(lock_file) before failing.
+    type: int
+    default: 300
 notes:
   - Needs C(ib_write_bw) on the node (Debian/Ubuntu package C(perftest)) when O(probe) is true.
 seealso:
@@ -131,7 +142,7 @@ problem:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dgxspark.cluster.plugins.module_utils.perftest_probe import Probe, ProbeError
+from ansible_collections.dgxspark.cluster.plugins.module_utils.perftest_probe import LockError, NodeLock, Probe, ProbeError
 from ansible_collections.dgxspark.cluster.plugins.module_utils.rdma_memory import (
     kho_state,
     mr_probe_verdict,
@@ -147,6 +158,18 @@ def _read(path):
         return None
 
 
+def probe_device(binary, device, p):
+    """One loopback ib_write_bw on ``device``: its registration verdict."""
+    probe = Probe(binary, device, None, '127.0.0.1', tcp_port=p['tcp_port'], duration=1, size=p['size'],
+                  timeout=p['timeout'], loopback=True, qps=1)
+    try:
+        result = probe.run()
+    except ProbeError as exc:
+        result = dict(exc.result, rc=exc.result.get('rc', -1), stderr=(exc.result.get('stderr') or '') + '\n' + exc.msg)
+    return mr_probe_verdict(device, result.get('stdout', ''), result.get('stderr', ''), result.get('rc'),
+                            result.get('server_stdout', ''), result.get('server_stderr', ''))
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -159,11 +182,13 @@ def main():
             proc_root=dict(type='path', default='/proc'),
             boot_dir=dict(type='path', default='/boot'),
             probe=dict(type='bool', default=True),
+            lock_file=dict(type='path', default='/run/dgxspark-rdma-probe.lock'),
+            lock_timeout=dict(type='int', default=300),
         ),
         supports_check_mode=True,
     )
     p = module.params
-    for name in ('size', 'timeout', 'tcp_port'):
+    for name in ('size', 'timeout', 'tcp_port', 'lock_timeout'):
         if p[name] <= 0:
             module.fail_json(msg='%s: %s must be positive, got %d' % (p['node'], name, p[name]))
 
@@ -191,16 +216,13 @@ def main():
         if not binary:
             module.fail_json(msg='%s: ib_write_bw is not installed (the RDMA memory-registration probe runs it); '
                                  'install it with: apt-get install perftest' % p['node'], kernel=kernel, kho=kho)
-        for netdev in p['netdevs']:
-            device = devices[netdev]
-            probe = Probe(binary, device, None, '127.0.0.1', tcp_port=p['tcp_port'], duration=1, size=p['size'],
-                          timeout=p['timeout'], loopback=True, qps=1)
-            try:
-                result = probe.run()
-            except ProbeError as exc:
-                result = dict(exc.result, rc=exc.result.get('rc', -1), stderr=(exc.result.get('stderr') or '') + '\n' + exc.msg)
-            verdicts.append(mr_probe_verdict(device, result.get('stdout', ''), result.get('stderr', ''), result.get('rc'),
-                                             result.get('server_stdout', ''), result.get('server_stderr', '')))
+        try:
+            with NodeLock(p['lock_file'], p['lock_timeout']):
+                for netdev in p['netdevs']:
+                    verdicts.append(probe_device(binary, devices[netdev], p))
+        except LockError as exc:
+            module.fail_json(msg='%s: the RDMA memory-registration probe did not run: %s; nothing was changed on '
+                                 'this node.' % (p['node'], exc), kernel=kernel, kho=kho)
 
     module.exit_json(changed=False, kernel=kernel, kho=kho, cmdline=cmdline, devices=devices, verdicts=verdicts,
                      problem=problem_message(p['node'], kernel, kho, verdicts, 2 * p['size']))

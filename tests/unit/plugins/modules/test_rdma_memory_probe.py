@@ -7,8 +7,12 @@ stand-in's registration reads (sparksim/kernel.py): 7.0.0-1019-nvidia with KHO o
 
 from __future__ import absolute_import, division, print_function
 
+import fcntl
+import os
 import socket
 import sys
+import threading
+import time
 from pathlib import Path
 from unittest import mock
 
@@ -83,7 +87,8 @@ def node(sysfs, tmp_path, monkeypatch):
         if release == kernel.KHO_KERNEL:
             (boot / ('config-' + release)).write_text(kernel.KHO_CONFIG)
         return dict(node='spark-worker', netdevs=['enp1s0f1np1', 'enP2p1s0f1np1'], sysfs_root=str(sysfs / 'sys'),
-                    proc_root=str(proc), boot_dir=str(boot), tcp_port=free_port(), timeout=20, size=1048576)
+                    proc_root=str(proc), boot_dir=str(boot), tcp_port=free_port(), timeout=20, size=1048576,
+                    lock_file=str(tmp_path / 'probe.lock'))
     return boot_into
 
 
@@ -128,3 +133,56 @@ def test_a_netdev_without_rdma_device_fails_naming_it(node):
     module_args['netdevs'] = ['eth9']
     result = run_module(module_args)
     assert result['failed'] and 'no RDMA device found for the fabric netdev eth9' in result['msg']
+
+
+def test_a_second_run_waits_for_the_first_runs_probe_then_passes(node):
+    """The gate's bad-input runs (four site.yml at once) met on one port: 'Couldn't listen to port 18517' and
+    'Couldn't connect to 127.0.0.1:18517'. A run now waits for the node's probe lock."""
+    module_args = node(STOCK)
+    fd = os.open(module_args['lock_file'], os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)                  # another run's probe holds the node
+    released = []
+
+    def release():
+        time.sleep(1.0)
+        released.append(time.monotonic())
+        os.close(fd)
+    threading.Thread(target=release).start()
+    result = run_module(module_args)
+    assert released and time.monotonic() >= released[0]
+    assert result['problem'] == ''
+    assert [v['registered'] for v in result['verdicts']] == [True, True]
+
+
+def test_a_lock_held_beyond_lock_timeout_fails_naming_node_and_lock(node):
+    module_args = dict(node(STOCK), lock_timeout=1)
+    fd = os.open(module_args['lock_file'], os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        result = run_module(module_args)
+    finally:
+        os.close(fd)
+    assert result['failed']
+    assert result['msg'].startswith('spark-worker: the RDMA memory-registration probe did not run: another probe '
+                                    '(another ansible run on this node) held the lock %s for 1s' % module_args['lock_file'])
+    assert 'verdicts' not in result
+
+
+def test_the_lock_is_never_taken_below_a_directory_others_can_write(node, tmp_path):
+    shared = tmp_path / 'shared'
+    shared.mkdir()
+    shared.chmod(0o1777)                            # like /tmp or /run/lock
+    module_args = dict(node(STOCK), lock_file=str(shared / 'probe.lock'))
+    result = run_module(module_args)
+    assert result['failed'] and 'its directory %s is not a directory that only root' % shared in result['msg']
+    assert list(shared.iterdir()) == []             # nothing created there
+
+
+def test_a_link_planted_as_the_lock_is_not_followed(node, tmp_path):
+    target = tmp_path / 'precious'
+    target.write_text('keep\n')
+    module_args = node(STOCK)
+    Path(module_args['lock_file']).symlink_to(target)
+    result = run_module(module_args)
+    assert result['failed'] and 'cannot open the lock %s' % module_args['lock_file'] in result['msg']
+    assert target.read_text() == 'keep\n'

@@ -210,6 +210,58 @@ def snapshot(resources, run_command):
     return snap
 
 
+BASELINE_NAME = "baseline.json"
+BASELINE_VERSION = 1
+DPKG_ALL = ["dpkg-query", "-W", "-f", "${binary:Package}\t${Version}\t${Status}\n"]
+
+
+def merge_resources(old, new):
+    """The union of two resource specs (normalized)."""
+    old, new = normalize_resources(old), normalize_resources(new)
+    out = {}
+    for kind in RESOURCE_KINDS:
+        if kind == "commands":
+            seen = {digest(c): c for c in old[kind] + new[kind]}
+            out[kind] = [seen[k] for k in sorted(seen)]
+        else:
+            out[kind] = sorted(set(old[kind]) | set(new[kind]))
+    return out
+
+
+def update_baseline(baseline, role, resources, run_command):
+    """Add what the node has now of ``resources`` to the baseline, for every key it does not hold yet.
+
+    The baseline is what the node had before the collection's roles changed it, read at the start of each role
+    (before its first change) and never overwritten: the first value of a key stays. It is also the uninstall
+    manifest: ``roles`` lists every resource each role ever said it manages, ``resources`` what was there before,
+    one line per key as ``snapshot`` reads it (a tree's root only, a command's exit code only), and ``packages``
+    every package installed before the first role ran (``dpkg-query -W``). Returns (baseline, added keys).
+    """
+    res = normalize_resources(resources)
+    if not isinstance(baseline, dict) or baseline.get("version") != BASELINE_VERSION:
+        baseline = {"version": BASELINE_VERSION, "packages": None, "resources": {}, "roles": {}}
+    known = baseline["resources"]
+    if baseline.get("packages") is None:
+        _rc, out, _err = run_command(DPKG_ALL)
+        baseline["packages"] = {name: line for name, line in parse_dpkg_query(out).items()
+                                if line.endswith(" ok installed")}
+    want = {kind: [] for kind in RESOURCE_KINDS}
+    added = {}
+    for kind, prefix in (("paths", "path:"), ("packages", "package:"), ("units", "unit:"), ("users", "user:"),
+                         ("groups", "group:")):
+        want[kind] = [item for item in res[kind] if prefix + item not in known]
+    for root in res["trees"]:
+        if "tree:" + root not in known:
+            added["tree:" + root] = read_path(root)
+    for cmd in res["commands"]:
+        if "command:" + " ".join(cmd["argv"]) not in known:
+            want["commands"].append({"argv": cmd["argv"], "compare": "rc"})
+    added.update(snapshot(want, run_command))
+    known.update(added)
+    baseline["roles"][role] = merge_resources(baseline["roles"].get(role), res)
+    return baseline, sorted(added)
+
+
 def compare(recorded, current, limit=10):
     """Human-readable differences between two snapshots (at most limit, then a count)."""
     lines = []

@@ -70,6 +70,9 @@ CHECKS = {
                                   "override of runtime_vllm_env is the usual cause)."),
     "parity-unit-argv": ("parity", "Run site.yml so every node's serving unit runs the same command line (runtime and "
                                    "service roles)."),
+    "parity-recipe": ("parity", "Run site.yml so every node checks out the same DSpark recipe commit "
+                                "(runtime_recipe_version, runtime role): the recipe's patches and launcher build the "
+                                "engine each rank runs."),
     "parity-checkpoint": ("parity", "Run site.yml so the checkpoint role syncs and verifies the same revision on "
                                     "every node."),
     "parity-cache-paths": ("parity", "Set checkpoint_cache_dir and runtime_cache_dir in group_vars, not per host: "
@@ -364,6 +367,7 @@ PARITY = {
     "parity-runtime": lambda p, c: _node(p).get("runtime_version") or "",
     "parity-vllm-env": lambda p, c: _node(p).get("vllm_env_digest") or "",
     "parity-unit-argv": lambda p, c: _node(p).get("unit_argv_digest") or "",
+    "parity-recipe": lambda p, c: _node(p).get("recipe_commit") or "",
     "parity-checkpoint": lambda p, c: _record_key(_node(p).get("checkpoint_record")),
     "parity-cache-paths": lambda p, c: p.get("cache_paths") or "",
 }
@@ -382,6 +386,8 @@ def parity(check, host, probes, ctx):
     read = PARITY[check]
     mine = read(probes.get(host) or {}, ctx)
     theirs = read(probes.get(head) or {}, ctx)
+    if check == "parity-recipe" and not mine and not any(read(p or {}, ctx) for p in probes.values()):
+        return verdict(host, check, PASS, "no recipe checkout on any node (venv runtime, or runtime_recipe_startup false)")
     if not mine:
         return verdict(host, check, WARN, "not compared: nothing read on %s (not installed, rendered or recorded)" % host)
     if host == head:

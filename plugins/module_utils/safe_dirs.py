@@ -182,3 +182,56 @@ def open_child_directory(dir_fd, name, path):
         raise UnsafePath('%s is a symbolic link (to %s); expected a directory (a link is not followed)'
                          % (path, os.readlink(name, dir_fd=dir_fd)))
     return _open_dir(name, dir_fd, path)
+
+
+def _remove_entries(dir_fd, path):
+    """Remove everything inside the directory ``dir_fd`` (``path`` names it), never following a link."""
+    for name in os.listdir(dir_fd):
+        here = path + '/' + name
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if stat.S_ISDIR(info.st_mode):
+            child = _open_dir(name, dir_fd, here)
+            try:
+                _remove_entries(child, here)
+            finally:
+                os.close(child)
+            os.rmdir(name, dir_fd=dir_fd)
+        else:
+            os.unlink(name, dir_fd=dir_fd)     # a link is removed itself, its target never reached
+
+
+def remove(path, check=False, only_empty=False):
+    """Remove ``path`` (a file, a link, or a directory with everything in it) without following a link.
+
+    The parent is walked from ``/`` as ``ensure`` walks it (a link on the way is followed only where root alone could
+    have put it); the entry and everything below it are removed through descriptors (``unlinkat``, ``openat`` with
+    ``O_NOFOLLOW``), so an entry swapped for a link meanwhile is removed as the link, its target never touched.
+    Returns 'removed', or None when nothing was there; with ``only_empty`` a directory that is not empty is left
+    and 'not empty' returned. With ``check``, nothing is changed and the answer says what would be done.
+    """
+    fd = _walk_parent(path, create=False, made=[])[0]
+    if fd is None:
+        return None
+    name = os.path.basename(path)
+    try:
+        try:
+            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        if not stat.S_ISDIR(info.st_mode):
+            if not check:
+                os.unlink(name, dir_fd=fd)
+            return 'removed'
+        dfd = _open_dir(name, fd, path)
+        try:
+            if only_empty and os.listdir(dfd):
+                return 'not empty'
+            if not check:
+                _remove_entries(dfd, path)
+        finally:
+            os.close(dfd)
+        if not check:
+            os.rmdir(name, dir_fd=fd)
+        return 'removed'
+    finally:
+        os.close(fd)

@@ -40,17 +40,23 @@ options:
     elements: str
     required: true
   inputs:
-    description: The digest of everything the run was computed from (variables, topology, the collection's files).
+    description:
+      - The digest of everything the run was computed from (variables, topology, the collection's files).
+      - Required with O(state=check) and O(state=record).
     type: str
-    required: true
   state:
-    description: V(check) compares, V(record) writes.
+    description:
+      - V(check) compares, V(record) writes the role's stamp.
+      - V(baseline) adds to C(<path>/baseline.json) what the node has now of each resource in O(resources) that the
+        baseline does not hold yet (the first value of a key stays), and the resources themselves to the role's list.
+        Each role calls it before its first change, so the baseline is what the node had before the collection, and
+        the manifest C(dgxspark.cluster.uninstall) removes by. O(inputs) is not needed.
     type: str
-    choices: [check, record]
+    choices: [check, record, baseline]
     default: check
   resources:
     description:
-      - What the role manages on this node (O(state=record) only). Keys C(paths), C(trees) (absolute paths),
+      - What the role manages on this node (O(state=record) and O(state=baseline)). Keys C(paths), C(trees) (absolute paths),
         C(packages), C(units), C(users), C(groups) (names) and C(commands) (a list of C({argv, compare}),
         C(compare) being V(stdout) or V(rc)).
     type: dict
@@ -92,20 +98,34 @@ stamp:
   description: The stamp file written (O(state=record)).
   type: str
   returned: when state is record
+baseline:
+  description: The baseline file (O(state=baseline)).
+  type: str
+  returned: when state is baseline
+added:
+  description: The keys this call added to the baseline (O(state=baseline)); empty once the node was read before.
+  type: list
+  elements: str
+  returned: when state is baseline
 """
 
+import json
 import os
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dgxspark.cluster.plugins.module_utils.converged import (
+    BASELINE_NAME,
+    BASELINE_VERSION,
     ConvergedError,
     check_stamp,
     dump_stamp,
     load_stamp,
     make_stamp,
+    read_path,
     snapshot,
     stamp_path,
+    update_baseline,
 )
 
 
@@ -114,10 +134,11 @@ def run_module():
         argument_spec=dict(
             path=dict(type="path", default="/var/lib/dgxspark/converged"),
             roles=dict(type="list", elements="str", required=True),
-            inputs=dict(type="str", required=True),
-            state=dict(type="str", choices=["check", "record"], default="check"),
+            inputs=dict(type="str"),
+            state=dict(type="str", choices=["check", "record", "baseline"], default="check"),
             resources=dict(type="dict", default={}),
         ),
+        required_if=[("state", "check", ["inputs"]), ("state", "record", ["inputs"])],
         supports_check_mode=True,
     )
     params = module.params
@@ -133,6 +154,9 @@ def run_module():
             drift.extend(reasons)
         module.exit_json(changed=False, converged=not drift, drift=drift)
 
+    if params["state"] == "baseline":
+        record_baseline(module, run)
+
     if len(params["roles"]) != 1:
         module.fail_json(msg="converged: state=record records one role at a time, got roles=%s" % params["roles"])
     role = params["roles"][0]
@@ -141,27 +165,60 @@ def run_module():
     except ConvergedError as exc:
         module.fail_json(msg="converged: role %s: %s" % (role, exc))
     target = stamp_path(params["path"], role)
-    text = dump_stamp(stamp)
-    old = None
+    changed = write_if_changed(module, params["path"], target, dump_stamp(stamp), role)
+    module.exit_json(changed=changed, converged=True, drift=[], stamp=target)
+
+
+def read_text(module, target):
     try:
         with open(target, "r", encoding="utf-8") as handle:
-            old = handle.read()
+            return handle.read()
     except FileNotFoundError:
-        pass
+        return None
     except OSError as exc:
         module.fail_json(msg="converged: cannot read %s: %s" % (target, exc.strerror))
-    changed = old != text
+
+
+def write_if_changed(module, directory, target, text, prefix):
+    """Write text to target (root 0600, atomically, the directory 0700) unless it holds it; whether it changed."""
+    changed = read_text(module, target) != text
     if changed and not module.check_mode:
         try:
-            os.makedirs(params["path"], mode=0o700, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=params["path"], prefix=".%s." % role)
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=directory, prefix=".%s." % prefix)
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 handle.write(text)
             os.chmod(tmp, 0o600)
             os.replace(tmp, target)
         except OSError as exc:
             module.fail_json(msg="converged: cannot write %s: %s" % (target, exc.strerror))
-    module.exit_json(changed=changed, converged=True, drift=[], stamp=target)
+    return changed
+
+
+def record_baseline(module, run):
+    """state=baseline: add what the node has now to baseline.json, for every key it does not hold yet."""
+    params = module.params
+    if len(params["roles"]) != 1:
+        module.fail_json(msg="converged: state=baseline records one role at a time, got roles=%s" % params["roles"])
+    target = os.path.join(params["path"], BASELINE_NAME)
+    text = read_text(module, target)
+    try:
+        old = json.loads(text) if text else None
+    except ValueError:
+        module.fail_json(msg="converged: %s is not JSON; move it aside (it is what the node had before the collection, "
+                             "the uninstall manifest)" % target)
+    if old is None:
+        # the first baseline of the node: whether the state directories were there before the collection made them
+        parent = os.path.dirname(params["path"].rstrip("/"))
+        old = {"version": BASELINE_VERSION, "packages": None, "roles": {"converged": {"paths": [parent, params["path"]]}},
+               "resources": {"path:" + parent: read_path(parent), "path:" + params["path"]: read_path(params["path"])}}
+    try:
+        baseline, added = update_baseline(old, params["roles"][0], params["resources"], run)
+    except ConvergedError as exc:
+        module.fail_json(msg="converged: role %s: %s" % (params["roles"][0], exc))
+    changed = write_if_changed(module, params["path"], target, json.dumps(baseline, sort_keys=True, indent=1) + "\n",
+                               "baseline")
+    module.exit_json(changed=changed, converged=True, drift=[], baseline=target, added=added)
 
 
 def main():

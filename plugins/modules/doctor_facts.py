@@ -71,6 +71,12 @@ options:
     description: The serving unit's file (its ExecStart lines are digested, rank options left out).
     type: path
     default: /etc/systemd/system/dgxspark-vllm.service
+  recipe_stamp:
+    description:
+      - The file the runtime role writes with the DSpark recipe commit it checked out
+        (C(<runtime_recipe_dir>/.dgxspark-recipe-commit)); empty when the node runs no recipe.
+    type: path
+    default: ""
   record_path:
     description: The checkpoint role's verify record.
     type: path
@@ -179,6 +185,10 @@ cuda:
   type: str
 runtime_version:
   description: vLLM and torch versions (venv) or the image id (container).
+  returned: always
+  type: str
+recipe_commit:
+  description: The DSpark recipe commit checked out on the node (O(recipe_stamp)), "" when none.
   returned: always
   type: str
 checkpoint_record:
@@ -290,6 +300,7 @@ def main():
             container_image=dict(type="str", default=""),
             unit_file=dict(type="path", default="/etc/systemd/system/dgxspark-vllm.service"),
             record_path=dict(type="path", default="/var/lib/dgxspark/checkpoint-verified.json"),
+            recipe_stamp=dict(type="path", default=""),
             repo_dir=dict(type="path", required=True),
             env_rank_keys=dict(type="list", elements="str", default=[], no_log=False),
             log_lines=dict(type="int", default=200),
@@ -347,6 +358,9 @@ def main():
     else:
         rc, out = _run(module, ["docker", "image", "inspect", "--format", "{{.Id}}", p["container_image"]])
         result["runtime_version"] = "image %s" % out.strip() if rc == 0 and out.strip() else ""
+
+    stamp = _read(p["recipe_stamp"]) if p["recipe_stamp"] else None
+    result["recipe_commit"] = stamp.strip()[:200] if stamp else ""
 
     record = _read(p["record_path"])
     try:

@@ -30,8 +30,8 @@ def copy_inventory(dest):
     return dest
 
 
-def run_site(tmp_path, inventory=INVENTORY, extravars=None, cmdline=None, event_handler=None):
-    """site.yml through ansible-runner; returns the runner (rc, events, stdout)."""
+def run_site(tmp_path, inventory=INVENTORY, extravars=None, cmdline=None, event_handler=None, playbook="site.yml"):
+    """site.yml (or another of the collection's playbooks) through ansible-runner; returns the runner (rc, events, stdout)."""
     private = tmp_path / "runner"
     private.mkdir(parents=True, exist_ok=True)
     kwargs = {}
@@ -41,7 +41,7 @@ def run_site(tmp_path, inventory=INVENTORY, extravars=None, cmdline=None, event_
         kwargs["event_handler"] = event_handler
     return ansible_runner.run(
         private_data_dir=str(private),
-        playbook=os.path.join(PROJECT, "site.yml"),
+        playbook=os.path.join(PROJECT, playbook),
         inventory=str(inventory),
         envvars=envvars(),
         extravars=extravars or {},

@@ -247,3 +247,13 @@ def test_declared_and_foreign_variables_pass():
 
 def test_unknown_variables_is_a_filter():
     assert FilterModule().filters()["unknown_variables"] is unknown_variables
+
+
+def test_the_preflight_knows_every_role_of_the_collection():
+    """A role missing from __preflight_all_roles has its variables neither type-checked (metrics was) nor known:
+    every name with its prefix would pass unnoticed, a typo included."""
+    with open(os.path.join(ROLES, "preflight", "vars", "main.yml"), encoding="utf-8") as handle:
+        listed = yaml.safe_load(handle)["__preflight_all_roles"]
+    roles = sorted(os.path.basename(os.path.dirname(os.path.dirname(p)))
+                   for p in glob.glob(os.path.join(ROLES, "*", "meta", "argument_specs.yml")))
+    assert sorted(listed) == roles

@@ -268,3 +268,24 @@ def test_parsers():
     assert doctor.normalise_argv(["vllm", "serve", "--node-rank=1", "--headless", "--nnodes", "2"]) == \
         ["vllm", "serve", "--nnodes", "2"]
     assert doctor.seconds("bad") is None
+
+
+def test_the_recipe_commit_is_compared_when_the_nodes_run_one():
+    probes = healthy()
+    rep = doctor.report(probes, CONTEXT)
+    assert by(rep, WORKER, "parity-recipe")["status"] == doctor.PASS
+    assert by(rep, WORKER, "parity-recipe")["evidence"].startswith("no recipe checkout on any node")
+    probes[HEAD]["node"]["recipe_commit"] = "a" * 40
+    probes[WORKER]["node"]["recipe_commit"] = "a" * 40
+    rep = doctor.report(probes, CONTEXT)
+    assert not_pass(rep) == {(h, "nccl-allreduce"): "WARN" for h in (HEAD, WORKER)}
+    assert by(rep, WORKER, "parity-recipe")["evidence"] == "%s, as on spark-head" % ("a" * 40)
+    probes[WORKER]["node"]["recipe_commit"] = "b" * 40
+    rep = doctor.report(probes, CONTEXT)
+    found = by(rep, WORKER, "parity-recipe")
+    assert found["status"] == doctor.FAIL
+    assert found["evidence"] == "spark-worker has %s, spark-head has %s" % ("b" * 40, "a" * 40)
+    assert "runtime_recipe_version" in found["remedy"]
+    assert by(rep, HEAD, "parity-recipe")["status"] == doctor.PASS
+    probes[WORKER]["node"]["recipe_commit"] = ""                # the worker has no checkout, the head has one
+    assert by(doctor.report(probes, CONTEXT), WORKER, "parity-recipe")["status"] == doctor.WARN

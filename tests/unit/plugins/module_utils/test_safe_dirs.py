@@ -188,3 +188,45 @@ def test_the_module_reports_what_it_made_and_stops_at_the_first_link(tree):
     assert result["failed"] and "no user no-such-user-here" in result["msg"]
     # check mode before the user exists (a fresh node): to be fixed, not a failure
     assert _module(missing_user, check=True) == {"changed": True, "created": [], "fixed": [str(home / ".ssh")]}
+
+
+# --------------------------------------------------------------------------- remove (uninstall.yml)
+
+def test_remove_takes_a_tree_the_user_owns_without_reaching_a_planted_links_target(tree):
+    uid, home, victim = tree["uid"], tree["home"], tree["victim"]
+    (victim / "keep").write_text("root's\n")
+    as_user(uid, lambda: (os.makedirs(str(home / "bin" / "deep")), os.symlink(str(victim), str(home / "bin" / "deep" / "v")),
+                          os.symlink(str(victim / "keep"), str(home / "bin" / "k")),
+                          pathlib.Path(home / "bin" / "f").write_text("x")))
+    assert sd.remove(str(home / "bin"), check=True) == "removed"
+    assert (home / "bin" / "f").exists()                      # check mode removed nothing
+    assert sd.remove(str(home / "bin")) == "removed"
+    assert not os.path.lexists(str(home / "bin"))
+    assert (victim / "keep").read_text() == "root's\n" and _state(victim) == (0, 0, 0o700)
+    assert sd.remove(str(home / "bin")) is None                # nothing there: nothing to do
+
+
+def test_remove_refuses_a_link_on_the_way_in_a_directory_the_user_writes(tree):
+    uid, home, victim = tree["uid"], tree["home"], tree["victim"]
+    (victim / "authorized_keys").write_text("root's\n")
+    as_user(uid, lambda: os.symlink(str(victim), str(home / ".ssh")))
+    with pytest.raises(sd.UnsafePath, match=r"%s is a symbolic link in a directory another user controls" % (home / ".ssh")):
+        sd.remove(str(home / ".ssh" / "authorized_keys"))
+    assert (victim / "authorized_keys").read_text() == "root's\n"
+
+
+def test_remove_a_link_in_place_of_a_file_removes_the_link_only(tree):
+    uid, home, victim = tree["uid"], tree["home"], tree["victim"]
+    (victim / "f").write_text("root's\n")
+    as_user(uid, lambda: os.symlink(str(victim / "f"), str(home / "known_hosts")))
+    assert sd.remove(str(home / "known_hosts")) == "removed"
+    assert not os.path.lexists(str(home / "known_hosts")) and (victim / "f").read_text() == "root's\n"
+
+
+def test_remove_only_empty_leaves_a_directory_with_content(tree):
+    base = tree["base"]
+    (base / "state" / "kept").mkdir(parents=True)
+    assert sd.remove(str(base / "state"), only_empty=True) == "not empty"
+    assert (base / "state" / "kept").is_dir()
+    (base / "state" / "kept").rmdir()
+    assert sd.remove(str(base / "state"), only_empty=True) == "removed"

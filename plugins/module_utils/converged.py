@@ -238,6 +238,15 @@ def update_baseline(baseline, role, resources, run_command):
     every package installed before the first role ran (``dpkg-query -W``). Returns (baseline, added keys).
     """
     res = normalize_resources(resources)
+    # every directory on the way to a path too: what the role creates with its parents (/opt/dgxspark, a drop-in
+    # directory) is the collection's as well, and goes with it
+    ancestors = set()
+    for path in res["paths"] + res["trees"]:
+        parent = os.path.dirname(path)
+        while parent not in ("/", ""):
+            ancestors.add(parent)
+            parent = os.path.dirname(parent)
+    res["paths"] = sorted(set(res["paths"]) | ancestors)
     if not isinstance(baseline, dict) or baseline.get("version") != BASELINE_VERSION:
         baseline = {"version": BASELINE_VERSION, "packages": None, "resources": {}, "roles": {}}
     known = baseline["resources"]

@@ -105,6 +105,14 @@ def plan(baseline, current, installed, packages=False, checkpoint=False):
                                          "was": was, "now": now})
     out["stop_units"] = sorted(unit_files)
 
+    # a kept user keeps its home (what the collection put in it goes)
+    kept_homes = {}
+    for name in kept_users:
+        line = current.get("user:" + name) or ""
+        for field in line.split(" "):
+            if field.startswith("home:") and _absent(before.get("user:" + name)):
+                kept_homes[field[len("home:"):]] = name
+
     # paths and trees: deepest first
     paths = sorted(set(res["paths"]) | set(res["trees"]), key=lambda p: (-p.count("/"), p))
     for path in paths:
@@ -115,6 +123,8 @@ def plan(baseline, current, installed, packages=False, checkpoint=False):
         if holds:
             out["kept"].append({"item": path, "why": "holds the checkpoint (%s); uninstall_checkpoint keeps it"
                                 % ", ".join(sorted(holds))})
+        elif path in kept_homes:
+            out["kept"].append({"item": path, "why": "the home of %s, who stays with the checkpoint" % kept_homes[path]})
         elif _absent(was):
             out["remove_paths"].append(path)
         elif was != now:

@@ -238,6 +238,8 @@ def run_module():
             run(["systemctl", "mask", "--", unit], "masking %s" % unit)
         if item["active"]:
             run(["systemctl", "start", "--", unit], "starting %s" % unit)
+        elif item["now"].endswith(" active"):
+            run(["systemctl", "stop", "--", unit], "stopping %s" % unit)
     for directory in removable_state:
         try:
             if directory == p["path"]:

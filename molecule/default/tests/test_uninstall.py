@@ -26,6 +26,8 @@ SNAPSHOT = "/var/tmp/dgxspark-uninstall.%s"
 ALLOWED = (
     (r"^(file|content) /etc/(passwd|group|shadow|gshadow|subuid|subgid)- ",
      "shadow-utils' backup of the previous passwd/group/shadow, rewritten by every useradd and userdel"),
+    (r"^file /root/\.ansible_async ",
+     "ansible-core's own directory of async job results (async tasks of any playbook), like ~/.ansible"),
     (r"^content /etc/ld\.so\.cache ",
      "ldconfig's cache, rebuilt by the package triggers of every install and purge (its order may differ)"),
 )

@@ -29,7 +29,9 @@ def test_the_baseline_keeps_the_first_value_of_every_key_and_reads_only_new_ones
                                 "nvidia-driver-580-open": "580.173.02-1 install ok installed"}   # installed ones only
     assert base["resources"]["path:%s" % made] == "absent"
     assert base["resources"]["unit:earlyoom.service"] == "enabled active"
-    assert added == ["path:%s" % made, "unit:earlyoom.service"]
+    # the directories on the way are recorded too (tmp_path and its parents exist: they were there before)
+    assert set(added) == {"path:%s" % made, "unit:earlyoom.service"} | {"path:%s" % p for p in made.parents if str(p) != "/"}
+    assert base["resources"]["path:%s" % tmp_path].startswith("dir ")
     made.write_text("the role made it\n")
     calls.clear()
     base, added = cv.update_baseline(base, "nic", {"paths": [str(made)], "trees": [str(tmp_path)],
@@ -39,7 +41,8 @@ def test_the_baseline_keeps_the_first_value_of_every_key_and_reads_only_new_ones
     assert added == ["command:docker image inspect x", "tree:%s" % tmp_path]
     assert base["resources"]["command:docker image inspect x"] == "rc:1"
     assert [c[0] for c in calls] == ["docker"]                          # no second dpkg-query, no systemctl
-    assert base["roles"]["nic"]["paths"] == [str(made)] and base["roles"]["nic"]["units"] == ["earlyoom.service"]
+    assert str(made) in base["roles"]["nic"]["paths"] and str(tmp_path) in base["roles"]["nic"]["paths"]
+    assert base["roles"]["nic"]["units"] == ["earlyoom.service"]
 
 
 def baseline():
@@ -52,6 +55,7 @@ def baseline():
             "path:/etc/systemd/system/dgxspark-vllm.service": "absent",
             "path:/etc/ssh/sshd_config": "file 0644 0:0 sha256:aaa",
             "path:/var/lib/dgxspark/huggingface": "absent", "path:/var/lib/dgxspark/huggingface/hub": "absent",
+            "path:/var/lib/dgxspark/checkpoint": "absent", "path:/var/lib/dgxspark/checkpoint/.ssh": "absent",
             "tree:/var/lib/dgxspark/huggingface/hub/models--x/blobs": "absent",
             "unit:dgxspark-vllm.service": "- inactive", "unit:earlyoom.service": "enabled active",
             "user:vllm": "absent", "group:vllm": "absent", "user:hf": "absent", "group:hf": "absent",
@@ -66,7 +70,8 @@ def baseline():
             "runtime": {"users": ["vllm"], "groups": ["vllm"],
                         "commands": [{"argv": ["docker", "image", "inspect", "vllm:1"], "compare": "stdout"}]},
             "metrics": {"packages": ["prometheus-node-exporter"]},
-            "checkpoint": {"paths": ["/var/lib/dgxspark/huggingface", "/var/lib/dgxspark/huggingface/hub"],
+            "checkpoint": {"paths": ["/var/lib/dgxspark/huggingface", "/var/lib/dgxspark/huggingface/hub",
+                                     "/var/lib/dgxspark/checkpoint", "/var/lib/dgxspark/checkpoint/.ssh"],
                            "trees": ["/var/lib/dgxspark/huggingface/hub/models--x/blobs"], "users": ["hf"],
                            "groups": ["hf"], "packages": ["rsync"]},
             "driver": {"packages": ["nvidia-driver-580-open"]},
@@ -82,7 +87,9 @@ CURRENT = {
     "path:/var/lib/dgxspark/huggingface": "dir 0755 0:0", "path:/var/lib/dgxspark/huggingface/hub": "dir 0755 0:0",
     "path:/var/lib/dgxspark/huggingface/hub/models--x/blobs": "dir 0755 999:999",
     "unit:dgxspark-vllm.service": "enabled active", "unit:earlyoom.service": "masked inactive",
-    "user:vllm": "uid:998", "group:vllm": "gid:998", "user:hf": "uid:999", "group:hf": "gid:999",
+    "path:/var/lib/dgxspark/checkpoint": "dir 0750 999:999", "path:/var/lib/dgxspark/checkpoint/.ssh": "dir 0700 999:999",
+    "user:vllm": "uid:998 gid:998 home:/opt/dgxspark/vllm shell:/usr/sbin/nologin", "group:vllm": "gid:998",
+    "user:hf": "uid:999 gid:999 home:/var/lib/dgxspark/checkpoint shell:/bin/sh", "group:hf": "gid:999",
     "command:docker image inspect vllm:1": "rc:0",
 }
 INSTALLED = {"vim": "2:9.1 install ok installed", "nvidia-driver-580-open": "580.173.02-1 hold ok installed",
@@ -96,10 +103,14 @@ def test_the_plan_removes_what_the_collection_made_and_keeps_what_the_node_had()
     assert steps["restore_units"] == [{"unit": "earlyoom.service", "unit_file_state": "enabled", "active": True,
                                        "was": "enabled active", "now": "masked inactive"}]
     # deepest first; the checkpoint and the directories holding it stay; sshd_config was there: left, named
-    assert steps["remove_paths"] == ["/etc/systemd/system/dgxspark-vllm.service", "/etc/dgxspark/nccl.env", "/etc/dgxspark"]
+    # the kept checkpoint user keeps its home; what the collection put in it goes
+    assert steps["remove_paths"] == ["/var/lib/dgxspark/checkpoint/.ssh", "/etc/systemd/system/dgxspark-vllm.service",
+                                     "/etc/dgxspark/nccl.env", "/etc/dgxspark"]
     kept = {k["item"]: k["why"] for k in steps["kept"]}
     assert set(kept) == {"/var/lib/dgxspark/huggingface/hub/models--x/blobs", "/var/lib/dgxspark/huggingface/hub",
-                         "/var/lib/dgxspark/huggingface", "user hf", "group hf", "package cuda-toolkit-13-3"}
+                         "/var/lib/dgxspark/huggingface", "/var/lib/dgxspark/checkpoint", "user hf", "group hf",
+                         "package cuda-toolkit-13-3"}
+    assert kept["/var/lib/dgxspark/checkpoint"] == "the home of hf, who stays with the checkpoint"
     assert [x["item"] for x in steps["left"]] == ["/etc/ssh/sshd_config"]
     assert steps["remove_users"] == ["vllm"] and steps["remove_groups"] == ["vllm"]
     assert steps["purge"] == ["prometheus-node-exporter"]           # rsync was there; CUDA is protected
@@ -112,6 +123,7 @@ def test_with_packages_and_checkpoint_everything_the_collection_made_goes():
     assert steps["purge"] == ["cuda-toolkit-13-3", "prometheus-node-exporter"]
     assert steps["unhold"] == ["nvidia-driver-580-open"]             # the driver was there before: stays, released
     assert "/var/lib/dgxspark/huggingface" in steps["remove_paths"] and steps["remove_users"] == ["hf", "vllm"]
+    assert "/var/lib/dgxspark/checkpoint" in steps["remove_paths"]
     assert steps["remove_paths"].index("/var/lib/dgxspark/huggingface/hub/models--x/blobs") < \
         steps["remove_paths"].index("/var/lib/dgxspark/huggingface")
     assert [k["item"] for k in steps["kept"]] == []

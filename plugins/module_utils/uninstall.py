@@ -168,7 +168,7 @@ def plan(baseline, current, installed, packages=False, checkpoint=False):
     for key in out:
         if key not in ("restore_units", "kept", "left"):
             out[key] = sorted(set(out[key])) if key != "remove_paths" else out[key]
-    out["owners"] = {k: v for k, v in owners.items()}
+    out["owners"] = dict(owners)
     return out
 
 

@@ -190,7 +190,7 @@ def run_module():
     steps = plan(baseline, current, installed, packages=p["packages"], checkpoint=p["checkpoint"])
     steps.pop("owners", None)
     done.update(steps, recorded=True)
-    state_dirs = [d for d in ((baseline.get("roles") or {}).get("converged") or {}).get("paths") or []]
+    state_dirs = list(((baseline.get("roles") or {}).get("converged") or {}).get("paths") or [])
     done["remove_paths"] = [x for x in done["remove_paths"] if x not in state_dirs]
     removable_state = [d for d in sorted(state_dirs, key=lambda d: -d.count("/"))
                        if (baseline.get("resources") or {}).get("path:" + d) == "absent"]

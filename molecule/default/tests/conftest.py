@@ -5,4 +5,4 @@ LAST = "test_uninstall.py"
 
 
 def pytest_collection_modifyitems(session, config, items):  # pylint: disable=unused-argument
-    items.sort(key=lambda item: item.fspath.basename == LAST)   # stable: every other test keeps its place
+    items.sort(key=lambda item: item.path.name == LAST)   # stable: every other test keeps its place

@@ -3,7 +3,7 @@ and side_effect (interrupted download, page cache drop, interrupted sync, corrup
 refs/main newline, daemon transport, lookalikes, pin change, MemAvailable checks).
 
 Molecule's `check` step is not in this scenario's test sequence (it asserts nothing): check mode
-is asserted once, site-wide, in the default scenario's verify (test_check_mode.py).
+is asserted once, site-wide, in the default scenario's verify (test_doctor.py, after doctor ran).
 """
 
 import json

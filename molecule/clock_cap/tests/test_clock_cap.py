@@ -4,7 +4,7 @@ re-applied by the role, a new ceiling, the cap stopped and started; out-of-range
 ceilings refused).
 
 Molecule's `check` step is not in this scenario's test sequence (it asserts nothing): check mode
-is asserted once, site-wide, in the default scenario's verify (test_check_mode.py).
+is asserted once, site-wide, in the default scenario's verify (test_doctor.py, after doctor ran).
 """
 
 import json

@@ -12,7 +12,7 @@ driver_version "580" keeps it and installs it where no driver was), CUDA 13.0 as
 the system default, 13.3 for the runtime.
 
 Molecule's `check` step is not in this scenario's test sequence (it asserts nothing): check mode
-is asserted once, site-wide, in the default scenario's verify (test_check_mode.py).
+is asserted once, site-wide, in the default scenario's verify (test_doctor.py, after doctor ran).
 """
 
 import json

@@ -5,7 +5,7 @@ limit and recovery).
 Expected values come from this scenario's inventory, not from constants.
 
 Molecule's `check` step is not in this scenario's test sequence (it asserts nothing): check mode
-is asserted once, site-wide, in the default scenario's verify (test_check_mode.py).
+is asserted once, site-wide, in the default scenario's verify (test_doctor.py, after doctor ran).
 """
 
 import json

@@ -35,6 +35,10 @@ gate_controllers() { "$repo/scripts/controller-newest.sh" gate ; }
 # scenarios by their measured minutes (gate of 2026-12-02 18:29, under load: default
 # 58, service 55, nic 32, service_container 20, clock_cap 16, driver 13, checkpoint 12:
 # lanes of about 58, 55, 52 and 41).
+# The gate of 2026-12-03 07:48 (a fresh clone, a checkpoint re-run beside it for its last 25 minutes: load 11-14)
+# took 82 min: default 80 (verify 63: the drift test 10, site twice after the reboot 9, the bad-input rows 9, the
+# check-mode run 8, since merged into the doctor test's own), service 74, nic 36 + service_container 39, clock_cap 17
+# + checkpoint 23 + driver 23. Over the 60-minute budget: the next cut is in default and service (issue note).
 # Every scenario is in a lane: a scenario left out would be a test that never runs.
 # MOLECULE_SCENARIOS="a b" runs those one after another instead (one lane).
 GATE_LANES=("default" "service" "nic service_container" "clock_cap checkpoint driver")

@@ -42,28 +42,38 @@ def _below(path, root):
 
 
 def union(baseline):
-    """{kind: sorted items} over every role of the baseline, and {item key: [roles]}."""
+    """{kind: sorted items} over every role of the baseline (of the commands, the image inspections only)."""
     kinds = ("paths", "trees", "packages", "units", "users", "groups")
     out = {kind: set() for kind in kinds}
     out["commands"] = []
-    owners = {}
-    for role, res in sorted((baseline.get("roles") or {}).items()):
+    for _role, res in sorted((baseline.get("roles") or {}).items()):
         for kind in kinds:
-            for item in res.get(kind) or []:
-                out[kind].add(item)
-                owners.setdefault("%s:%s" % (kind, item), []).append(role)
+            out[kind].update(res.get(kind) or [])
         for cmd in res.get("commands") or []:
             if cmd.get("argv", [])[:3] == IMAGE_INSPECT and cmd not in out["commands"]:
                 out["commands"].append(cmd)
-    return {kind: (sorted(v) if kind != "commands" else v) for kind, v in out.items()}, owners
+    return {kind: (sorted(v) if kind != "commands" else v) for kind, v in out.items()}
 
 
 def read_spec(baseline):
     """The resources to read now (trees as their root path only, image commands by exit code)."""
-    res, _owners = union(baseline)
+    res = union(baseline)
     return {"paths": sorted(set(res["paths"]) | set(res["trees"])), "packages": res["packages"],
             "units": res["units"], "users": res["users"], "groups": res["groups"],
             "commands": [{"argv": c["argv"], "compare": "rc"} for c in res["commands"]]}
+
+
+def shape_problem(baseline):
+    """Why a loaded baseline cannot be planned from (None when it can)."""
+    if not isinstance(baseline, dict) or baseline.get("version") != 1:
+        return "not a baseline of version 1"
+    for key in ("roles", "resources", "packages"):
+        if not isinstance(baseline.get(key) or {}, dict):
+            return "%s is not a mapping" % key
+    for role, res in baseline["roles"].items():
+        if not isinstance(res, dict):
+            return "roles.%s is not a mapping" % role
+    return None
 
 
 def plan(baseline, current, installed, packages=False, checkpoint=False):
@@ -72,7 +82,7 @@ def plan(baseline, current, installed, packages=False, checkpoint=False):
     ``current``: {key: line} as ``converged.snapshot(read_spec(baseline))`` reads it now. ``installed``: {package:
     'version status'} of every package installed now. Returns a dict of lists (see the module's RETURN).
     """
-    res, owners = union(baseline)
+    res = union(baseline)
     before = baseline.get("resources") or {}
     had = baseline.get("packages") or {}
     roles = baseline.get("roles") or {}
@@ -103,7 +113,7 @@ def plan(baseline, current, installed, packages=False, checkpoint=False):
             file_state, active = (was.split(" ", 1) + ["-"])[:2]
             out["restore_units"].append({"unit": unit, "unit_file_state": file_state, "active": active == "active",
                                          "was": was, "now": now})
-    out["stop_units"] = sorted(unit_files)
+    out["stop_units"] = sorted(unit_files)    # every other list is built from sorted, unique items
 
     # a kept user keeps its home (what the collection put in it goes)
     kept_homes = {}
@@ -165,10 +175,6 @@ def plan(baseline, current, installed, packages=False, checkpoint=False):
         key = "command:" + " ".join(cmd["argv"])
         if before.get(key, "rc:1") != "rc:0" and current.get(key) == "rc:0":
             out["remove_images"].append(cmd["argv"][3])
-    for key in out:
-        if key not in ("restore_units", "kept", "left"):
-            out[key] = sorted(set(out[key])) if key != "remove_paths" else out[key]
-    out["owners"] = dict(owners)
     return out
 
 

@@ -147,7 +147,13 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.converged import 
     snapshot,
 )
 from ansible_collections.dgxspark.cluster.plugins.module_utils.safe_dirs import UnsafePath, remove
-from ansible_collections.dgxspark.cluster.plugins.module_utils.uninstall import parse_autoremove, plan, read_spec, summary
+from ansible_collections.dgxspark.cluster.plugins.module_utils.uninstall import (
+    parse_autoremove,
+    plan,
+    read_spec,
+    shape_problem,
+    summary,
+)
 
 APT_ENV = dict(LANG="C", LC_ALL="C", DEBIAN_FRONTEND="noninteractive")
 
@@ -184,11 +190,14 @@ def run_module():
     except (OSError, ValueError) as exc:
         module.fail_json(msg="%s: cannot read the baseline %s (%s); nothing was changed" % (node, target, exc), **done)
 
+    problem = shape_problem(baseline)
+    if problem:
+        module.fail_json(msg="%s: the baseline %s is unreadable (%s); nothing was changed" % (node, target, problem),
+                         **done)
     current = snapshot(read_spec(baseline), lambda argv: module.run_command(argv, environ_update=APT_ENV))
     _rc, out, _err = run(DPKG_ALL)
     installed = {k: v for k, v in parse_dpkg_query(out).items() if v.endswith(" ok installed")}
     steps = plan(baseline, current, installed, packages=p["packages"], checkpoint=p["checkpoint"])
-    steps.pop("owners", None)
     done.update(steps, recorded=True)
     state_dirs = list(((baseline.get("roles") or {}).get("converged") or {}).get("paths") or [])
     done["remove_paths"] = [x for x in done["remove_paths"] if x not in state_dirs]

@@ -153,3 +153,12 @@ def test_the_report_names_the_node_and_what_stays():
     assert "spark-head: would restore: earlyoom.service to enabled" in lines
     assert any(line.startswith("spark-head: kept user hf (owns the checkpoint") for line in lines)
     assert un.summary("spark-worker", {}, False) == ["spark-worker: nothing the collection installed is left"]
+
+
+def test_a_baseline_of_the_wrong_shape_is_named_not_planned():
+    assert un.shape_problem(baseline()) is None
+    assert un.shape_problem([]) == "not a baseline of version 1"
+    assert un.shape_problem(dict(baseline(), version=2)) == "not a baseline of version 1"
+    assert un.shape_problem(dict(baseline(), roles={"nic": ["/etc/x"]})) == "roles.nic is not a mapping"
+    assert un.shape_problem(dict(baseline(), resources=["path:/x"])) == "resources is not a mapping"
+    assert un.shape_problem(dict(baseline(), packages=["vim"])) == "packages is not a mapping"

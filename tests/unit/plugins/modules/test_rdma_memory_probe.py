@@ -149,7 +149,7 @@ def test_a_second_run_waits_for_the_first_runs_probe_then_passes(node):
         os.close(fd)
     threading.Thread(target=release).start()
     result = run_module(module_args)
-    assert released and time.monotonic() >= released[0]
+    assert released, "the module ran while another run held the lock"     # it returned only after the release
     assert result['problem'] == ''
     assert [v['registered'] for v in result['verdicts']] == [True, True]
 

@@ -1,9 +1,10 @@
 """site.yml driven through ansible-runner against the converged default pair
 (after the reboot of side_effect).
 
-- site.yml run twice: neither run has a changed task on any host (asserted
-  from the event stream, naming the offenders): the first is the re-run after
-  the reboot, the second the plain idempotence of a re-run.
+- site.yml run twice after the reboot, with drift made first on both nodes:
+  the first run converges in full, names and repairs exactly the drift and
+  changes nothing else (asserted from the event stream, naming the
+  offenders); the second takes the fast path with no changed task.
 - Bad inventory input: one case per row, each must fail in the preflight play,
   before anything changes, with a message that names the variable and never
   a secret's value; afterwards the nodes read back as a snapshot taken before
@@ -29,24 +30,47 @@ import yaml
 NODE_PATHS = "/etc /usr/local /var/lib/dgxspark /opt"
 
 
-def test_site_twice_after_the_reboot_changes_nothing(tmp_path):
+# (host, what to break, what the fast-path report must name, the task that must repair it)
+DRIFT = [
+    ("spark-worker", "sudo rm -f /etc/dgxspark/nccl-static.env",
+     "path:/etc/dgxspark/nccl-static.env: was file", "Write the static NCCL settings the resolver merges in"),
+    ("spark-head", "sudo chmod 0600 /etc/apt/apt.conf.d/51dgxspark-nvidia-driver",
+     "path:/etc/apt/apt.conf.d/51dgxspark-nvidia-driver: was file 0644", "Keep unattended-upgrades away from the NVIDIA driver, CUDA and the kernel flavour"),
+    # earlyoom back (an admin, a package's postinst): it kills vLLM under deep context, so the fast path must see it
+    ("spark-worker", "sudo systemctl unmask earlyoom.service && sudo systemctl start earlyoom.service",
+     "unit:earlyoom.service: was masked inactive", "Stop, disable and mask earlyoom (preflight_earlyoom is disable)"),
+]
+
+
+def test_site_after_the_reboot_repairs_exactly_the_drift_then_takes_the_fast_path(tmp_path):
+    """One full run serves two checks (each cost a full run of its own under the gate's load): the first run after
+    side_effect's reboot, with drift made first on both nodes (two roles' files, a masked unit back).
+
+    The reboot reshuffled the GIDs, so the nic role's stamp no longer holds and the run converges in full on every
+    node; it names each drift, repairs exactly that, and changes nothing else (the reboot itself needs no change:
+    the clock lock came back from its unit, the ranks from theirs). The run after it takes the fast path with
+    changed=0, a handful of tasks per host."""
+    for host, command, _, _ in DRIFT:
+        proc = siterun.ssh(host, command)
+        assert proc.returncode == 0, proc.stderr
     first = siterun.run_site(tmp_path / "first")
     assert first.rc == 0, siterun.failure_messages(first)
-    assert siterun.changed_tasks(first) == [], "changed on the re-run after the reboot: %s" % siterun.changed_tasks(first)
-    # the reboot reshuffled the GIDs: the nic role's stamp no longer holds, so this run converged in full
     reports = siterun.fast_path_reports(first)
     assert sorted(reports) == list(siterun.HOSTS), reports
     assert all(": full run: " in msg for msg in reports.values()), reports
     assert any("nic: " in msg for msg in reports.values()), reports
+    for host, _, named, _ in DRIFT:
+        assert named in reports[host], reports
     assert min(siterun.ok_counts(first).values()) > 100, siterun.ok_counts(first)
+    repairs = sorted(set("%s: %s" % (host, task) for host, _, _, task in DRIFT))
+    assert sorted(set(siterun.changed_tasks(first))) == repairs, \
+        "the run after the reboot changed more (or less) than the drift: %s" % siterun.changed_tasks(first)
     second = siterun.run_site(tmp_path / "second")
     assert second.rc == 0, siterun.failure_messages(second)
     assert siterun.changed_tasks(second) == [], "changed on the second run: %s" % siterun.changed_tasks(second)
-    # nothing drifted since the first run recorded its stamps: the fast path, a handful of tasks per host
     reports = siterun.fast_path_reports(second)
     assert all("nothing drifted on any node" in msg for msg in reports.values()) and len(reports) == 2, reports
     assert max(siterun.ok_counts(second).values()) < 30, siterun.ok_counts(second)
-
 
 
 @pytest.mark.parametrize("tags", ["runtime", "service", "runtime,service"])
@@ -69,35 +93,6 @@ def test_a_tag_limited_run_changes_nothing_and_keeps_serving_offline(tmp_path, t
         assert after.stdout == before[host].stdout, "%s: vllm.env or the rank's start changed under --tags %s" % (host, tags)
 
 
-# (host, what to break, what the fast-path report must name, the task that must repair it)
-DRIFT = [
-    ("spark-worker", "sudo rm -f /etc/dgxspark/nccl-static.env",
-     "path:/etc/dgxspark/nccl-static.env: was file", "Write the static NCCL settings the resolver merges in"),
-    ("spark-head", "sudo chmod 0600 /etc/apt/apt.conf.d/51dgxspark-nvidia-driver",
-     "path:/etc/apt/apt.conf.d/51dgxspark-nvidia-driver: was file 0644", "Keep unattended-upgrades away from the NVIDIA driver, CUDA and the kernel flavour"),
-    # earlyoom back (an admin, a package's postinst): it kills vLLM under deep context, so the fast path must see it
-    ("spark-worker", "sudo systemctl unmask earlyoom.service && sudo systemctl start earlyoom.service",
-     "unit:earlyoom.service: was masked inactive", "Stop, disable and mask earlyoom (preflight_earlyoom is disable)"),
-]
-
-
-def test_drift_on_a_node_turns_the_fast_path_off_and_is_repaired(tmp_path):
-    """Break what two roles manage on two nodes of a converged pair: the next run names the drift, converges in
-    full and repairs exactly that; the run after it takes the fast path again."""
-    for host, command, _, _ in DRIFT:
-        proc = siterun.ssh(host, command)
-        assert proc.returncode == 0, proc.stderr
-    repair = siterun.run_site(tmp_path / "repair")
-    assert repair.rc == 0, siterun.failure_messages(repair)
-    reports = siterun.fast_path_reports(repair)
-    changed = siterun.changed_tasks(repair)
-    for host, _, named, task in DRIFT:
-        assert named in reports[host], reports
-        assert any(line.startswith(host + ": ") and line.endswith(task) for line in changed), changed
-    again = siterun.run_site(tmp_path / "again")
-    assert again.rc == 0, siterun.failure_messages(again)
-    assert siterun.changed_tasks(again) == [], siterun.changed_tasks(again)
-    assert all("nothing drifted on any node" in msg for msg in siterun.fast_path_reports(again).values())
 
 
 def _hosts(inv):
@@ -251,6 +246,9 @@ BAD_INVENTORY = [
     # issue 24, finding 9: values valid alone that collide with each other or with the node
     ("api-port-equals-master-port", _set("all", "runtime_vllm_port", 25000),
      ["runtime_vllm_port and runtime_vllm_master_port are both 25000", "Nothing was changed"]),
+    # issue 25: the probe's loopback port and the exporter's are the collection's ports too
+    ("exporter-port-is-the-probe-port", _sets(preflight_rdma_probe=True, metrics_exporter_port=18517),
+     ["metrics_exporter_port and preflight_rdma_probe_port are both 18517", "Nothing was changed"]),
     ("api-port-is-sshd", _set("all", "runtime_vllm_port", 22),
      ["runtime_vllm_port and preflight_fabric_ssh_port (sshd) are both 22"]),
     ("api-port-held-by-a-system-service", _set("all", "runtime_vllm_port", 5564),

@@ -6,11 +6,12 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.fabric_health import bandwidth_plan, bandwidth_verdict
+from ansible_collections.dgxspark.cluster.plugins.module_utils.fabric_health import bandwidth_plan, bandwidth_verdict, firmware_differences
 
 
 class FilterModule(object):
-    """The nic role's node-to-node bandwidth plan and reboot-order decision."""
+    """The nic role's node-to-node bandwidth plan, reboot-order decision and firmware comparison."""
 
     def filters(self):
-        return {"nic_bandwidth_plan": bandwidth_plan, "nic_bandwidth_verdict": bandwidth_verdict}
+        return {"nic_bandwidth_plan": bandwidth_plan, "nic_bandwidth_verdict": bandwidth_verdict,
+                "nic_firmware_differences": firmware_differences}

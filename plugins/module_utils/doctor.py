@@ -77,6 +77,9 @@ CHECKS = {
                                     "every node."),
     "parity-cache-paths": ("parity", "Set checkpoint_cache_dir and runtime_cache_dir in group_vars, not per host: "
                                      "every rank must find the same paths."),
+    "parity-firmware": ("parity", "Bring the nodes to the same ConnectX-7 firmware with NVIDIA's tools (the DGX OS "
+                                  "firmware update, or mlxfwmanager), one node at a time, then reboot it: the "
+                                  "collection reports firmware and never updates it."),
     "checkpoint-record": ("checkpoint", "Run site.yml so the checkpoint role verifies the pinned revision on every "
                                         "node and writes the record."),
     "checkpoint-offline": ("checkpoint", "Run site.yml after the checkpoint verified on every node: it turns "
@@ -370,7 +373,21 @@ PARITY = {
     "parity-recipe": lambda p, c: _node(p).get("recipe_commit") or "",
     "parity-checkpoint": lambda p, c: _record_key(_node(p).get("checkpoint_record")),
     "parity-cache-paths": lambda p, c: p.get("cache_paths") or "",
+    "parity-firmware": lambda p, c: _firmware(_links(p)),
 }
+# a difference of these is reported (WARN), not failed: nothing the collection converges
+PARITY_WARN_ONLY = ("parity-firmware",)
+
+
+def _firmware(links):
+    """ConnectX-7 firmware of the rails' devices as ibstat reports it: '28.45.4028' or '28.45.4028 (dev1), ...'."""
+    found = {}
+    for link in links:
+        if isinstance(link, Mapping) and link.get("firmware"):
+            found.setdefault(str(link["firmware"]), set()).add(str(link.get("device") or link.get("netdev")))
+    if len(found) == 1:
+        return next(iter(found))
+    return ", ".join("%s (%s)" % (v, ", ".join(sorted(d))) for v, d in sorted(found.items()))
 
 
 def _record_key(record):
@@ -398,7 +415,7 @@ def parity(check, host, probes, ctx):
         if check == "parity-vllm-env":
             evidence += env_differences(host, _node(probes.get(host) or {}).get("vllm_env"),
                                         head, _node(probes.get(head) or {}).get("vllm_env"))
-        return verdict(host, check, FAIL, evidence)
+        return verdict(host, check, WARN if check in PARITY_WARN_ONLY else FAIL, evidence)
     return verdict(host, check, PASS, "%s, as on %s" % (mine, head))
 
 

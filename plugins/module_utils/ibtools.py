@@ -141,14 +141,14 @@ def rail_link_status(rail, ibdev_rows, ibstat, mtu=None, speed_mbps=None):
     """What the tools say about one rail ``{"netdev", "ipv4"}``.
 
     Returns a dict with device, port, carrier, state, physical_state, rate,
-    link_layer, mtu, speed_mbps and ``problems`` (messages; empty when the
+    link_layer, mtu, speed_mbps, firmware (ibstat's) and ``problems`` (messages; empty when the
     link looks healthy). Looking healthy is not enough: a stale-initialised
     link passes all of these and still moves ~13 Gb/s (see the bandwidth check).
     """
     netdev = rail.get("netdev")
     status = {"netdev": netdev, "ipv4": rail.get("ipv4"), "device": None, "port": None, "carrier": None,
               "state": None, "physical_state": None, "rate": None, "link_layer": None,
-              "mtu": mtu, "speed_mbps": speed_mbps, "problems": []}
+              "mtu": mtu, "speed_mbps": speed_mbps, "firmware": None, "problems": []}
     rows = [r for r in ibdev_rows if r["netdev"] == netdev]
     if not rows:
         seen = ", ".join("%s->%s" % (r["device"], r["netdev"]) for r in ibdev_rows) or "no rows"
@@ -158,7 +158,8 @@ def rail_link_status(rail, ibdev_rows, ibstat, mtu=None, speed_mbps=None):
         status["problems"].append("netdev %s is claimed by several RDMA devices (%s)"
                                   % (netdev, ", ".join(r["device"] for r in rows)))
     row = rows[0]
-    status.update(device=row["device"], port=row["port"], carrier=row["carrier"])
+    status.update(device=row["device"], port=row["port"], carrier=row["carrier"],
+                  firmware=ibstat.get("cas", {}).get(row["device"], {}).get("firmware"))
     if row["carrier"] != "Up":
         status["problems"].append("%s (%s port %d) has no carrier (ibdev2netdev says Down): cable seated? peer up?"
                                   % (netdev, row["device"], row["port"]))

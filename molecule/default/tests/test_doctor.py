@@ -6,7 +6,8 @@ injected on a serving pair, all at once, each on one node and in one check, put 
 - fabric: an MTU of 1500 on the worker's second rail (fabric-mtu FAILs on the worker, naming the head's 9000);
 - gpu: the head's SM clock lock lost (gpu-clock-cap FAILs on the head, naming the clock read back);
 - platform: a process titled VLLM::EngineCore outside the serving unit on the worker (platform-leftovers);
-- parity: a variable only the worker's vllm.env has (parity-vllm-env FAILs on the worker, naming the key);
+- parity: a variable only the worker's vllm.env has (parity-vllm-env FAILs on the worker, naming the key), and
+  the worker's ConnectX-7 on an older firmware (parity-firmware WARNs on the worker: a report, never a change);
 - checkpoint: an unfinished download (*.incomplete) in the head's cache repo (checkpoint-unfinished);
 - serving: the head's engine wedged (the sim's `wedge`: /health and /v1/models answer, requests hang), so the
   1-token completion times out (serving-completion FAILs on the head; serving-health and serving-models PASS).
@@ -111,6 +112,10 @@ UNFINISHED = REPO_DIR + "/blobs/doctor-fault.incomplete"
 ENV_FILE = "/etc/dgxspark/vllm.env"
 ENV_SAVED = "/root/vllm.env.doctor-fault"
 LEFTOVER_UNIT = "doctor-fault-leftover.service"
+# The worker's ConnectX-7 on an older firmware: 28.39.1002 is a real ConnectX-7 release (tests/fixtures/captures/
+# ibstat/01 and 04); the sim's default 28.45.4028 is the GB10's (ibstat/07). One card: all four functions move together.
+WORKER_HCAS = ("rocep1s0f0", "rocep1s0f1", "roceP2p1s0f0", "roceP2p1s0f1")
+OLD_FIRMWARE = "28.39.1002"
 
 
 def ok(host, command):
@@ -125,12 +130,17 @@ def faults():
     others)."""
     state = json.loads(siterun.ssh("spark-head", "sudo cat /var/lib/spark-sim/state.json").stdout)
     lock = state["gpu"]["locked_clocks"]
+    worker = json.loads(siterun.ssh("spark-worker", "sudo cat /var/lib/spark-sim/state.json").stdout)
+    firmware = {hca["name"]: hca["fw"] for hca in worker["hcas"] if hca["name"] in WORKER_HCAS}
+    assert sorted(firmware) == sorted(WORKER_HCAS), firmware
     assert lock and lock["max_mhz"] == 2100, lock
     ok("spark-head", "sudo test -d %s/blobs" % REPO_DIR)   # the fixture's own precondition: the verified cache repo
     ok("spark-worker", "sudo cp -p %s %s" % (ENV_FILE, ENV_SAVED))
     yield
     errors = []
     for step in (
+            lambda: spark_sim("state", "spark-worker", *["--set=hcas.%s.fw=%s" % (hca, json.dumps(fw))
+                                                          for hca, fw in firmware.items()]),
             lambda: spark_sim("fault", "spark-head", "clear"),
             lambda: spark_sim("state", "spark-head", "--set", "gpu.locked_clocks=%s" % json.dumps(lock)),
             lambda: ok("spark-worker", "sudo ip link set dev %s mtu 9000" % WORKER_RAIL1),
@@ -154,6 +164,8 @@ def test_one_fault_per_class_fails_exactly_its_check_on_exactly_its_node(tmp_pat
        % LEFTOVER_UNIT)
     # parity: the worker's vllm.env carries a variable the head's does not (a host_vars override)
     ok("spark-worker", "echo VLLM_SLEEP_WHEN_IDLE=1 | sudo tee -a %s >/dev/null" % ENV_FILE)
+    # parity (a report, WARN): the worker's ConnectX-7 on an older firmware than the head's
+    spark_sim("state", "spark-worker", *["--set=hcas.%s.fw=\"%s\"" % (hca, OLD_FIRMWARE) for hca in WORKER_HCAS])
     # checkpoint: an unfinished blob of an interrupted download, as the checkpoint user leaves it
     ok("spark-head", "sudo -u dgxspark-ckpt touch %s" % UNFINISHED)
     # serving: the head's engine wedges (seed 000: the API answers, the engine does not move)
@@ -163,7 +175,8 @@ def test_one_fault_per_class_fails_exactly_its_check_on_exactly_its_node(tmp_pat
     expected = dict(ALLREDUCE)
     expected.update({("spark-worker", "fabric-mtu"): "FAIL", ("spark-head", "gpu-clock-cap"): "FAIL",
                      ("spark-worker", "platform-leftovers"): "FAIL", ("spark-worker", "parity-vllm-env"): "FAIL",
-                     ("spark-head", "checkpoint-unfinished"): "FAIL", ("spark-head", "serving-completion"): "FAIL"})
+                     ("spark-head", "checkpoint-unfinished"): "FAIL", ("spark-head", "serving-completion"): "FAIL",
+                     ("spark-worker", "parity-firmware"): "WARN"})
     assert not_pass(report) == expected, [r for r in report["results"] if r["status"] != "PASS"]
     found = result(report, "spark-worker", "fabric-mtu")
     assert found["evidence"] == "%s MTU 1500, expected 9000 (peer: spark-head 9000)" % WORKER_RAIL1, found
@@ -178,6 +191,9 @@ def test_one_fault_per_class_fails_exactly_its_check_on_exactly_its_node(tmp_pat
     assert found["remedy"].startswith("Stop the leftover processes named in the evidence")
     found = result(report, "spark-worker", "parity-vllm-env")
     assert found["evidence"].endswith(": VLLM_SLEEP_WHEN_IDLE (spark-worker 1, spark-head unset)"), found
+    found = result(report, "spark-worker", "parity-firmware")
+    assert found["evidence"] == "spark-worker has %s, spark-head has 28.45.4028" % OLD_FIRMWARE, found
+    assert found["remedy"].endswith("the collection reports firmware and never updates it."), found
     found = result(report, "spark-head", "checkpoint-unfinished")
     assert found["evidence"] == "1 unfinished file(s): %s" % UNFINISHED, found
     found = result(report, "spark-head", "serving-completion")

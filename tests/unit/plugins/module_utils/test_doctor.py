@@ -18,7 +18,7 @@ HEAD, WORKER = "spark-head", "spark-worker"
 def link(netdev, ipv4, mtu=9000, problems=None):
     return {"netdev": netdev, "ipv4": ipv4, "device": "roce" + netdev, "port": 1, "carrier": "Up", "state": "Active",
             "physical_state": "LinkUp", "rate": 200, "mtu": mtu, "pcie_link_speed": "32.0 GT/s PCIe",
-            "pcie_link_width": "4", "speed_mbps": 200000, "problems": problems or []}
+            "pcie_link_width": "4", "speed_mbps": 200000, "firmware": "28.45.4028", "problems": problems or []}
 
 
 def probe(host, gid, rank_words=""):
@@ -175,6 +175,10 @@ def _hung(p):
     p[HEAD]["api"]["completion"] = {"rc": 3, "stdout": "engine hangs: /health answers 200 ...", "delta": "0:00:30.0"}
 
 
+def _firmware(p):
+    p[WORKER]["links"]["ansible_facts"]["fabric_links"][1]["firmware"] = "28.39.1002"
+
+
 def _probe_failed(p):
     p[WORKER]["gids"] = {"failed": True, "msg": "no RoCE v2 GID carries 192.168.100.2"}
 
@@ -196,6 +200,8 @@ FAULTS = [
     ("disk-short", _disk, WORKER, "platform-disk", "WARN", "10.0 GB free"),
     ("vllm-env-drift", _env_drift, WORKER, "parity-vllm-env", "FAIL", "spark-worker has cccc, spark-head has aaaa: VLLM_SLEEP_WHEN_IDLE (spark-worker 1, "
      "spark-head unset)"),
+    ("firmware-differs", _firmware, WORKER, "parity-firmware", "WARN",
+     "spark-worker has 28.39.1002 (roceenP2p1s0f1np1), 28.45.4028 (roceenp1s0f1np1), spark-head has 28.45.4028"),
     ("no-verify-record", _record, WORKER, "checkpoint-record", "FAIL", "no verify record"),
     ("online", _offline, WORKER, "checkpoint-offline", "WARN", "HF_HUB_OFFLINE=0"),
     ("unfinished-blob", _incomplete, WORKER, "checkpoint-unfinished", "FAIL", "abc.incomplete"),

@@ -108,7 +108,8 @@ SPARK_IBDEV = capture_body(IBDEV["01-dgx-spark-two-sparks-f1-up.txt"]) if IBDEV 
 
 
 def spark_ibstat(state="Active", phys="LinkUp", rate=200):
-    return parse_ibstat("CA 'rocep1s0f1'\n\tCA type: MT4129\n\tNumber of ports: 1\n\tPort 1:\n\t\tState: %s\n"
+    return parse_ibstat("CA 'rocep1s0f1'\n\tCA type: MT4129\n\tNumber of ports: 1\n\tFirmware version: 28.45.4028\n"
+                        "\tPort 1:\n\t\tState: %s\n"
                         "\t\tPhysical state: %s\n\t\tRate: %d\n\t\tLink layer: Ethernet\n" % (state, phys, rate))
 
 
@@ -117,6 +118,7 @@ def test_healthy_spark_rail_has_no_problems():
                               spark_ibstat(), mtu=9000, speed_mbps=200000)
     assert status["problems"] == []
     assert (status["device"], status["port"], status["rate"]) == ("rocep1s0f1", 1, 200)
+    assert status["firmware"] == "28.45.4028"   # ibstat's, for the cross-node firmware report
 
 
 @pytest.mark.parametrize("rail,ibstat,fragment", [

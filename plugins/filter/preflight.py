@@ -6,6 +6,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.dgxspark.cluster.plugins.module_utils.firmware import differences as firmware_differences
 from ansible_collections.dgxspark.cluster.plugins.module_utils.preflight import (
     image_reference_problem, port_collisions, value_disagreements)
 
@@ -15,4 +16,4 @@ class FilterModule(object):
 
     def filters(self):
         return {"value_disagreements": value_disagreements, "port_collisions": port_collisions,
-                "image_reference_problem": image_reference_problem}
+                "image_reference_problem": image_reference_problem, "firmware_differences": firmware_differences}

@@ -27,6 +27,8 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Mapping
 
+from ansible_collections.dgxspark.cluster.plugins.module_utils.firmware import failed_attempts, summary
+
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 CLASSES = ("fabric", "nccl", "gpu", "platform", "parity", "checkpoint", "serving")
 
@@ -80,6 +82,9 @@ CHECKS = {
     "parity-firmware": ("parity", "Bring the nodes to the same ConnectX-7 firmware with NVIDIA's tools (the DGX OS "
                                   "firmware update, or mlxfwmanager), one node at a time, then reboot it: the "
                                   "collection reports firmware and never updates it."),
+    "parity-system-firmware": ("parity", "Bring the nodes to the same system firmware with fwupdmgr (DGX OS's update "
+                                         "path), one node at a time, with AC power connected; an update that did not "
+                                         "apply names its status in the evidence. The collection never updates firmware."),
     "checkpoint-record": ("checkpoint", "Run site.yml so the checkpoint role verifies the pinned revision on every "
                                         "node and writes the record."),
     "checkpoint-offline": ("checkpoint", "Run site.yml after the checkpoint verified on every node: it turns "
@@ -374,9 +379,22 @@ PARITY = {
     "parity-checkpoint": lambda p, c: _record_key(_node(p).get("checkpoint_record")),
     "parity-cache-paths": lambda p, c: p.get("cache_paths") or "",
     "parity-firmware": lambda p, c: _firmware(_links(p)),
+    "parity-system-firmware": lambda p, c: _system_firmware(p.get("firmware")),
 }
 # a difference of these is reported (WARN), not failed: nothing the collection converges
-PARITY_WARN_ONLY = ("parity-firmware",)
+PARITY_WARN_ONLY = ("parity-firmware", "parity-system-firmware")
+
+
+def _system_firmware(result):
+    """The node's ESRT as 'system firmware 65539 (<class>), ...' plus any update that did not apply; '' unread."""
+    if not isinstance(result, Mapping) or result.get("failed") or result.get("skipped") or "esrt" not in result:
+        return ""
+    entries = result.get("esrt")
+    if entries is None:
+        return "no ESRT exported"
+    text = ", ".join("%s (%s)" % (version, fw_class) for fw_class, version in sorted((summary(entries) or {}).items()))
+    failed = failed_attempts("", entries)
+    return text + ("; " + "; ".join(line.lstrip(": ") for line in failed) if failed else "") or "an empty ESRT"
 
 
 def _firmware(links):

@@ -4,6 +4,7 @@ default scenario's sim pair (imported by the test_*.py files beside it)."""
 import os
 import shutil
 import subprocess
+import sys
 
 import ansible_runner
 
@@ -72,6 +73,16 @@ def ssh(host, command):
     """A command on a sim node over the controller's pinned ssh config."""
     return subprocess.run(["ssh", "-F", os.path.join(SIM_DIR, "ssh_config"), host, command],
                           capture_output=True, text=True, timeout=120, check=False)
+
+
+def spark_sim(*args):
+    """sim/spark-sim on the scenario inventory (state, fault, ...); fails the test when it fails."""
+    env = dict(os.environ, **envvars())
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    proc = subprocess.run([os.path.join(PROJECT, "sim", "spark-sim"), "-i", INVENTORY, *args],
+                          capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return proc
 
 
 def container(host):

@@ -20,6 +20,7 @@ controller, while molecule's verify step has the sim up.
 
 import concurrent.futures
 import copy
+import json
 import os
 import shlex
 
@@ -42,6 +43,13 @@ DRIFT = [
 ]
 
 
+# the sim's default ESRT entry (sim/node/usr/lib/spark-sim/sparksim/firmware.py) one version down, its update failed
+ESRT_FAILED = {"fw_class": "5370a4c5-0000-4000-8000-00000000e5a7", "fw_type": 1, "fw_version": 65538,
+               "lowest_supported_fw_version": 65536, "capsule_flags": 0x8010, "last_attempt_version": 65540,
+               "last_attempt_status": 6}
+FIRMWARE_REPORT = "Report a system firmware difference between the nodes, or an update that did not apply (never updated here)"
+
+
 def test_site_after_the_reboot_repairs_exactly_the_drift_then_takes_the_fast_path(tmp_path):
     """One full run serves two checks (each cost a full run of its own under the gate's load): the first run after
     side_effect's reboot, with drift made first on both nodes (two roles' files, a masked unit back).
@@ -53,8 +61,20 @@ def test_site_after_the_reboot_repairs_exactly_the_drift_then_takes_the_fast_pat
     for host, command, _, _ in DRIFT:
         proc = siterun.ssh(host, command)
         assert proc.returncode == 0, proc.stderr
-    first = siterun.run_site(tmp_path / "first")
+    # the worker came back on other system firmware, and a capsule update that did not apply (fwupdmgr's path): the
+    # run reports it (issue 25) and changes nothing for it; the collection never updates firmware
+    siterun.spark_sim("state", "spark-worker", "--set", "firmware.esrt=%s" % json.dumps([ESRT_FAILED]))
+    try:
+        first = siterun.run_site(tmp_path / "first")
+    finally:
+        siterun.spark_sim("state", "spark-worker", "--set", "firmware.esrt=null")
     assert first.rc == 0, siterun.failure_messages(first)
+    report = [ev["event_data"]["res"].get("msg", "") for ev in first.events
+              if ev.get("event") == "runner_on_ok" and ev["event_data"].get("task") == FIRMWARE_REPORT]
+    assert len(report) == 1 and report[0].startswith(
+        "spark-worker: the last firmware update of system firmware (%s) did not apply: AC power too low "
+        "(ESRT last_attempt_status 6, version 65540 attempted, 65538 running); spark-worker has system firmware 65538 "
+        "(%s), spark-head has system firmware 65539." % (ESRT_FAILED["fw_class"], ESRT_FAILED["fw_class"])), report
     reports = siterun.fast_path_reports(first)
     assert sorted(reports) == list(siterun.HOSTS), reports
     assert all(": full run: " in msg for msg in reports.values()), reports
@@ -67,6 +87,8 @@ def test_site_after_the_reboot_repairs_exactly_the_drift_then_takes_the_fast_pat
         "the run after the reboot changed more (or less) than the drift: %s" % siterun.changed_tasks(first)
     second = siterun.run_site(tmp_path / "second")
     assert second.rc == 0, siterun.failure_messages(second)
+    assert not [ev for ev in second.events if ev.get("event") == "runner_on_ok"
+                and ev["event_data"].get("task") == FIRMWARE_REPORT], "a firmware report on nodes that agree"
     assert siterun.changed_tasks(second) == [], "changed on the second run: %s" % siterun.changed_tasks(second)
     reports = siterun.fast_path_reports(second)
     assert all("nothing drifted on any node" in msg for msg in reports.values()) and len(reports) == 2, reports

@@ -255,3 +255,19 @@ def test_en_us_collation_matches_glibc(tmp_path: Path) -> None:
     glibc = subprocess.run(["python3", "-c", script, *NAMES], capture_output=True, text=True, check=True,
                            env={**os.environ, "LOCPATH": str(tmp_path)}).stdout.split()
     assert rdma.ls_order(NAMES, {"LANG": "en_US.UTF-8"}) == glibc
+
+
+def test_the_esrt_reads_like_the_kernels_and_follows_the_state(tmp_path: Path) -> None:
+    """write_sysfs also writes the system firmware's ESRT (sparksim.firmware), as drivers/firmware/efi/esrt.c prints
+    it, root-only; a state with another version or a failed last attempt replaces the whole table."""
+    root = tmp_path / "sys"
+    rdma.write_sysfs(_state(), str(root))
+    entry = root / "firmware" / "efi" / "esrt" / "entries" / "entry0"
+    assert sorted(os.listdir(entry)) == sorted(["fw_class", "fw_type", "fw_version", "lowest_supported_fw_version",
+                                                "capsule_flags", "last_attempt_version", "last_attempt_status"])
+    assert (entry / "capsule_flags").read_text() == "0x8010\n" and (entry / "fw_type").read_text() == "1\n"
+    assert oct(os.stat(entry / "fw_version").st_mode & 0o777) == "0o400"
+    moved = _state(firmware={"esrt": [{"fw_class": "ABC", "fw_type": 1, "fw_version": 7, "last_attempt_status": 6}]})
+    rdma.write_sysfs(moved, str(root))
+    assert [(entry / n).read_text() for n in ("fw_class", "fw_version", "last_attempt_status")] == ["abc\n", "7\n", "6\n"]
+    assert sorted(os.listdir(root / "firmware" / "efi")) == ["esrt"]

@@ -15,6 +15,11 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils import doctor
 HEAD, WORKER = "spark-head", "spark-worker"
 
 
+ESRT = {"entry": "entry0", "fw_class": "5370a4c5-0000-4000-8000-00000000e5a7", "fw_type": 1, "fw_version": 65539,
+        "lowest_supported_fw_version": 65536, "capsule_flags": 0x8010, "last_attempt_version": 65539,
+        "last_attempt_status": 0}
+
+
 def link(netdev, ipv4, mtu=9000, problems=None):
     return {"netdev": netdev, "ipv4": ipv4, "device": "roce" + netdev, "port": 1, "carrier": "Up", "state": "Active",
             "physical_state": "LinkUp", "rate": 200, "mtu": mtu, "pcie_link_speed": "32.0 GT/s PCIe",
@@ -26,6 +31,7 @@ def probe(host, gid, rank_words=""):
     return {
         "links": {"changed": False, "ansible_facts": {"fabric_links": [
             link("enp1s0f1np1", "192.168.100.%d" % octet), link("enP2p1s0f1np1", "192.168.105.%d" % octet)]}},
+        "firmware": {"changed": False, "esrt": [dict(ESRT)], "failed_updates": []},
         "gids": {"changed": False, "gid_index": gid, "rails": [{"device": "rocep1s0f1"}, {"device": "roceP2p1s0f1"}]},
         "node": {
             "changed": False,
@@ -179,6 +185,10 @@ def _firmware(p):
     p[WORKER]["links"]["ansible_facts"]["fabric_links"][1]["firmware"] = "28.39.1002"
 
 
+def _system_firmware(p):
+    p[WORKER]["firmware"]["esrt"][0].update(fw_version=65538, last_attempt_version=65540, last_attempt_status=6)
+
+
 def _probe_failed(p):
     p[WORKER]["gids"] = {"failed": True, "msg": "no RoCE v2 GID carries 192.168.100.2"}
 
@@ -202,6 +212,10 @@ FAULTS = [
      "spark-head unset)"),
     ("firmware-differs", _firmware, WORKER, "parity-firmware", "WARN",
      "spark-worker has 28.39.1002 (roceenP2p1s0f1np1), 28.45.4028 (roceenp1s0f1np1), spark-head has 28.45.4028"),
+    ("system-firmware-differs", _system_firmware, WORKER, "parity-system-firmware", "WARN",
+     "spark-worker has system firmware 65538 (5370a4c5-0000-4000-8000-00000000e5a7); the last firmware update of system firmware "
+     "(5370a4c5-0000-4000-8000-00000000e5a7) did not apply: AC power too low (ESRT last_attempt_status 6, version 65540 "
+     "attempted, 65538 running), spark-head has system firmware 65539 (5370a4c5-0000-4000-8000-00000000e5a7)"),
     ("no-verify-record", _record, WORKER, "checkpoint-record", "FAIL", "no verify record"),
     ("online", _offline, WORKER, "checkpoint-offline", "WARN", "HF_HUB_OFFLINE=0"),
     ("unfinished-blob", _incomplete, WORKER, "checkpoint-unfinished", "FAIL", "abc.incomplete"),

@@ -84,6 +84,22 @@ def test_healthy_twins_x2_is_a_warning_and_the_slot_line_is_information(tree, to
         ('rocep1s0f1', '0000:01:00.1', '32.0 GT/s PCIe', '4'), ('roceP2p1s0f1', '0002:01:00.1', '32.0 GT/s PCIe', '2')]
     assert len(result['warnings_list']) == 1 and 'early GX10 BIOS' in result['warnings_list'][0]
     assert result['slot_power'] == {'0002:01:00.1': '27W'}
+    # the firmware ibstat prints (fw_ver of the stand-in tree), for the cross-node firmware report
+    assert [l['firmware'] for l in links] == ['28.45.4028', '28.45.4028']
+
+
+def test_firmware_facts_reads_the_esrt_the_sim_writes(tree):
+    """firmware_facts on the tree rdma.write_sysfs made (sparksim.firmware: the kernel's esrt.c formats)."""
+    from ansible_collections.dgxspark.cluster.plugins.modules import firmware_facts
+    with patch_module_args({'sysfs_root': str(tree / 'sys')}), \
+            mock.patch.object(basic.AnsibleModule, 'exit_json', _exit_json), \
+            mock.patch.object(basic.AnsibleModule, 'fail_json', _fail_json):
+        with pytest.raises((ExitJson, FailJson)) as excinfo:
+            firmware_facts.main()
+    result = excinfo.value.args[0]
+    assert result['changed'] is False and result['failed_updates'] == []
+    assert [(e['entry'], e['fw_type'], e['last_attempt_status']) for e in result['esrt']] == [('entry0', 1, 0)]
+    assert list(result['summary'].values()) == ['system firmware 65539']
 
 
 def test_ibpanic_fails_the_rail_it_names_even_with_output(tree, tools):

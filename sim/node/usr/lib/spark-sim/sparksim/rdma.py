@@ -68,6 +68,7 @@ import shutil
 import tempfile
 from typing import Any
 
+from . import firmware
 from . import state as statefile
 
 MARKER = ".spark-sim"
@@ -611,6 +612,7 @@ def write_sysfs(state: dict[str, Any], root: str) -> None:
     except BaseException:
         shutil.rmtree(new_dir, ignore_errors=True)
         raise
+    firmware.write_esrt(state, root)  # the rest of the stand-in sysfs: the system firmware's ESRT
 
 
 # ------------------------------------------------------- helpers for the stand-ins

@@ -6,7 +6,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.fabric_health import bandwidth_plan, bandwidth_verdict, firmware_differences
+from ansible_collections.dgxspark.cluster.plugins.module_utils.fabric_health import bandwidth_plan, bandwidth_verdict
+from ansible_collections.dgxspark.cluster.plugins.module_utils.firmware import nic_differences
 
 
 class FilterModule(object):
@@ -14,4 +15,4 @@ class FilterModule(object):
 
     def filters(self):
         return {"nic_bandwidth_plan": bandwidth_plan, "nic_bandwidth_verdict": bandwidth_verdict,
-                "nic_firmware_differences": firmware_differences}
+                "nic_firmware_differences": nic_differences}

@@ -18,9 +18,6 @@ sysfs of the twin's PCI function (``/sys/class/net/<netdev>/device/``)::
     current_link_speed   32.0 GT/s PCIe      (kernel pci_speed_string; older kernels: "32 GT/s")
     current_link_width   4                    (2: the early GX10 BIOS wiring of the second controller)
 
-The ConnectX-7 firmware of each rail's RDMA device is what ibstat prints as ``Firmware version: 28.45.4028``
-(``/sys/class/infiniband/<device>/fw_ver``); the collection reports a difference between nodes and never updates it.
-
 The mlx5 kernel line (information only: it prints on healthy Sparks too)::
 
     mlx5_core 0002:01:00.0: mlx5_pcie_event:326:(pid 3202): Detected insufficient power on the PCIe slot (27W).
@@ -165,41 +162,3 @@ def bandwidth_verdict(results, healthy_gbps, head, workers, rebooted=(), reboot_
     verdict.update(action="reboot", reboot=candidates[0],
                    msg="%s (healthy >= %s Gb/s): rebooting %s with the cables seated" % (figures, healthy_gbps, candidates[0]))
     return verdict
-
-
-def firmware_differences(links_by_host, head=None):
-    """Where the nodes' ConnectX-7 firmware differs: one line per node whose version set is not the head's.
-
-    ``links_by_host``: {host: the host's ``fabric_links`` (each with ``device`` and ``firmware``)}. The reference
-    is ``head`` (else the first host in sorted order). A node whose firmware was not read is named as such.
-
-    >>> firmware_differences({"h": [{"device": "rocep1s0f1", "firmware": "28.45.4028"}],
-    ...                       "w": [{"device": "rocep1s0f1", "firmware": "28.39.1002"}]}, head="h")
-    ['w has ConnectX-7 firmware 28.39.1002 (rocep1s0f1), h has 28.45.4028 (rocep1s0f1)']
-    """
-    def versions(links):
-        found = {}
-        for link in links or []:
-            if isinstance(link, dict) and link.get("firmware"):
-                found.setdefault(str(link["firmware"]), []).append(str(link.get("device") or link.get("netdev") or "?"))
-        return found
-
-    def text(found):
-        return ", ".join("%s (%s)" % (version, ", ".join(sorted(set(devices))))
-                         for version, devices in sorted(found.items())) or "none read"
-
-    hosts = sorted(links_by_host or {})
-    if not hosts:
-        return []
-    reference = head if head in links_by_host else hosts[0]
-    theirs = versions(links_by_host[reference])
-    lines = []
-    if len(theirs) > 1:
-        lines.append("%s has ConnectX-7 firmware %s: its own rails differ" % (reference, text(theirs)))
-    for host in hosts:
-        if host == reference:
-            continue
-        mine = versions(links_by_host[host])
-        if sorted(mine) != sorted(theirs):
-            lines.append("%s has ConnectX-7 firmware %s, %s has %s" % (host, text(mine), reference, text(theirs)))
-    return lines

@@ -1,8 +1,10 @@
 # -*- coding: utf-8 -*-
 # Copyright: dgxspark.cluster contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The system firmware a node reports, read where fwupd's UEFI plugin reads it: the EFI System Resource Table
-(ESRT) the kernel exports, and how the nodes compare (stdlib only, pure but for ``read_esrt``).
+"""The firmware a node reports, and how the nodes compare (stdlib only, pure but for ``read_esrt``): the system
+firmware where fwupd's UEFI plugin reads it, the EFI System Resource Table (ESRT) the kernel exports; the
+ConnectX-7 firmware of each rail's RDMA device as ibstat prints it (``Firmware version: 28.45.4028``, the device's
+``fw_ver`` in sysfs).
 
 The kernel (drivers/firmware/efi/esrt.c) exports one directory per ESRT entry, root-readable only (0400)::
 
@@ -103,6 +105,12 @@ def failed_attempts(host, entries):
     return lines
 
 
+def _reference(by_host, head):
+    """(the hosts sorted, the reference: ``head`` when it is one of them, else the first)."""
+    hosts = sorted(by_host or {})
+    return hosts, (head if head in (by_host or {}) else (hosts[0] if hosts else None))
+
+
 def differences(esrt_by_host, head=None):
     """A line per node whose system firmware (ESRT class -> version) is not the head's, and per failed update.
 
@@ -112,10 +120,9 @@ def differences(esrt_by_host, head=None):
     >>> differences({"h": e(3), "w": e(2)}, head="h")
     ['w has system firmware 2 (c), h has system firmware 3']
     """
-    hosts = sorted(esrt_by_host or {})
+    hosts, reference = _reference(esrt_by_host, head)
     if not hosts:
         return []
-    reference = head if head in esrt_by_host else hosts[0]
     theirs = summary(esrt_by_host[reference])
     lines = []
     for host in hosts:
@@ -133,4 +140,41 @@ def differences(esrt_by_host, head=None):
             if mine.get(fw_class) != theirs.get(fw_class):
                 lines.append("%s has %s (%s), %s has %s" % (host, mine.get(fw_class, "no entry"), fw_class, reference,
                                                             theirs.get(fw_class, "no entry")))
+    return lines
+
+
+def nic_differences(links_by_host, head=None):
+    """Where the nodes' ConnectX-7 firmware differs: one line per node whose version set is not the head's.
+
+    ``links_by_host``: {host: the host's ``fabric_links`` (each with ``device`` and ``firmware``)}. The reference
+    is ``head`` (else the first host in sorted order). A node whose firmware was not read is named as such.
+
+    >>> nic_differences({"h": [{"device": "rocep1s0f1", "firmware": "28.45.4028"}],
+    ...                       "w": [{"device": "rocep1s0f1", "firmware": "28.39.1002"}]}, head="h")
+    ['w has ConnectX-7 firmware 28.39.1002 (rocep1s0f1), h has 28.45.4028 (rocep1s0f1)']
+    """
+    def versions(links):
+        found = {}
+        for link in links or []:
+            if isinstance(link, dict) and link.get("firmware"):
+                found.setdefault(str(link["firmware"]), []).append(str(link.get("device") or link.get("netdev") or "?"))
+        return found
+
+    def text(found):
+        return ", ".join("%s (%s)" % (version, ", ".join(sorted(set(devices))))
+                         for version, devices in sorted(found.items())) or "none read"
+
+    hosts, reference = _reference(links_by_host, head)
+    if not hosts:
+        return []
+    theirs = versions(links_by_host[reference])
+    lines = []
+    if len(theirs) > 1:
+        lines.append("%s has ConnectX-7 firmware %s: its own rails differ" % (reference, text(theirs)))
+    for host in hosts:
+        if host == reference:
+            continue
+        mine = versions(links_by_host[host])
+        if sorted(mine) != sorted(theirs):
+            lines.append("%s has ConnectX-7 firmware %s, %s has %s" % (host, text(mine), reference, text(theirs)))
     return lines

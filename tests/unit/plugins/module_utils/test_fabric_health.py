@@ -9,7 +9,6 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils.fabric_health imp
     OPERATOR_ACTION,
     bandwidth_plan,
     bandwidth_verdict,
-    firmware_differences,
     pcie_link_check,
     slot_power_lines,
 )
@@ -133,26 +132,3 @@ def test_slot_power_lines_keyed_by_pci_address():
            "kernel: mlx5_core 0000:01:00.1: mlx5_pcie_event:326:(pid 7): Detected insufficient power on the PCIe slot (27W).\n")
     assert slot_power_lines(log) == {"0002:01:00.0": "27W", "0000:01:00.1": "27W"}
     assert slot_power_lines("") == {}
-
-
-def _fw(*versions):
-    return [{"device": "rocep1s0f%d" % i, "firmware": v} for i, v in enumerate(versions)]
-
-
-def test_firmware_that_agrees_reports_nothing():
-    assert firmware_differences({H: _fw("28.45.4028", "28.45.4028"), W: _fw("28.45.4028", "28.45.4028")}, head=H) == []
-    assert firmware_differences({}) == []
-
-
-def test_firmware_that_differs_names_both_nodes_both_versions_and_the_devices():
-    lines = firmware_differences({H: _fw("28.45.4028", "28.45.4028"), W: _fw("28.39.1002", "28.39.1002"),
-                                  W2: _fw("28.45.4028", "28.45.4028")}, head=H)
-    assert lines == ["spark-worker has ConnectX-7 firmware 28.39.1002 (rocep1s0f0, rocep1s0f1), "
-                     "spark-head has 28.45.4028 (rocep1s0f0, rocep1s0f1)"]
-
-
-def test_firmware_not_read_and_mixed_rails_are_named():
-    lines = firmware_differences({H: _fw("28.45.4028", "28.39.1002"), W: [{"device": "rocep1s0f0", "firmware": None}]},
-                                 head=H)
-    assert lines[0] == "spark-head has ConnectX-7 firmware 28.39.1002 (rocep1s0f1), 28.45.4028 (rocep1s0f0): its own rails differ"
-    assert lines[1].startswith("spark-worker has ConnectX-7 firmware none read, spark-head has ")

@@ -90,19 +90,20 @@ def _fw(*versions):
 
 
 def test_firmware_that_agrees_reports_nothing():
-    assert nic_differences({"spark-head": _fw("28.45.4028", "28.45.4028"), "spark-worker": _fw("28.45.4028", "28.45.4028")}, head="spark-head") == []
+    same = _fw("28.45.4028", "28.45.4028")
+    assert nic_differences({"spark-head": same, "spark-worker": same}, head="spark-head") == []
     assert nic_differences({}) == []
 
 
 def test_firmware_that_differs_names_both_nodes_both_versions_and_the_devices():
     lines = nic_differences({"spark-head": _fw("28.45.4028", "28.45.4028"), "spark-worker": _fw("28.39.1002", "28.39.1002"),
-                                  "spark-worker2": _fw("28.45.4028", "28.45.4028")}, head="spark-head")
+                             "spark-worker2": _fw("28.45.4028", "28.45.4028")}, head="spark-head")
     assert lines == ["spark-worker has ConnectX-7 firmware 28.39.1002 (rocep1s0f0, rocep1s0f1), "
                      "spark-head has 28.45.4028 (rocep1s0f0, rocep1s0f1)"]
 
 
 def test_firmware_not_read_and_mixed_rails_are_named():
-    lines = nic_differences({"spark-head": _fw("28.45.4028", "28.39.1002"), "spark-worker": [{"device": "rocep1s0f0", "firmware": None}]},
-                                 head="spark-head")
+    lines = nic_differences({"spark-head": _fw("28.45.4028", "28.39.1002"),
+                             "spark-worker": [{"device": "rocep1s0f0", "firmware": None}]}, head="spark-head")
     assert lines[0] == "spark-head has ConnectX-7 firmware 28.39.1002 (rocep1s0f1), 28.45.4028 (rocep1s0f0): its own rails differ"
     assert lines[1].startswith("spark-worker has ConnectX-7 firmware none read, spark-head has ")

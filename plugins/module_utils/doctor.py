@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Mapping
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.firmware import failed_attempts, summary
+from ansible_collections.dgxspark.cluster.plugins.module_utils.firmware import failed_attempts, nic_text, nic_versions, summary
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 CLASSES = ("fabric", "nccl", "gpu", "platform", "parity", "checkpoint", "serving")
@@ -378,7 +378,7 @@ PARITY = {
     "parity-recipe": lambda p, c: _node(p).get("recipe_commit") or "",
     "parity-checkpoint": lambda p, c: _record_key(_node(p).get("checkpoint_record")),
     "parity-cache-paths": lambda p, c: p.get("cache_paths") or "",
-    "parity-firmware": lambda p, c: _firmware(_links(p)),
+    "parity-firmware": lambda p, c: nic_text(nic_versions(_links(p)), compact=True),
     "parity-system-firmware": lambda p, c: _system_firmware(p.get("firmware")),
 }
 # a difference of these is reported (WARN), not failed: nothing the collection converges
@@ -393,19 +393,8 @@ def _system_firmware(result):
     if entries is None:
         return "no ESRT exported"
     text = ", ".join("%s (%s)" % (version, fw_class) for fw_class, version in sorted((summary(entries) or {}).items()))
-    failed = failed_attempts("", entries)
-    return text + ("; " + "; ".join(line.lstrip(": ") for line in failed) if failed else "") or "an empty ESRT"
-
-
-def _firmware(links):
-    """ConnectX-7 firmware of the rails' devices as ibstat reports it: '28.45.4028' or '28.45.4028 (dev1), ...'."""
-    found = {}
-    for link in links:
-        if isinstance(link, Mapping) and link.get("firmware"):
-            found.setdefault(str(link["firmware"]), set()).add(str(link.get("device") or link.get("netdev")))
-    if len(found) == 1:
-        return next(iter(found))
-    return ", ".join("%s (%s)" % (v, ", ".join(sorted(d))) for v, d in sorted(found.items()))
+    failed = failed_attempts(None, entries)
+    return "; ".join([text] + failed if text else failed) or "an empty ESRT"
 
 
 def _record_key(record):

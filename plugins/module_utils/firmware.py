@@ -26,6 +26,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
+from collections.abc import Mapping
 
 ESRT_DIR = "firmware/efi/esrt/entries"
 FIELDS = ("fw_class", "fw_type", "fw_version", "lowest_supported_fw_version", "capsule_flags",
@@ -92,14 +93,15 @@ def summary(entries):
 
 
 def failed_attempts(host, entries):
-    """A line per entry whose last capsule update did not succeed (fwupdmgr's update did not apply at boot)."""
+    """A line per entry whose last capsule update did not succeed (fwupdmgr's update did not apply at boot), each
+    starting with "<host>: " when a host is given."""
     lines = []
     for e in entries or []:
         status = e.get("last_attempt_status")
         if status not in (None, 0):
-            lines.append("%s: the last firmware update of %s (%s) did not apply: %s (ESRT last_attempt_status %s, "
+            lines.append("%sthe last firmware update of %s (%s) did not apply: %s (ESRT last_attempt_status %s, "
                          "version %s attempted, %s running)"
-                         % (host, FW_TYPES.get(e.get("fw_type"), "type %s" % e.get("fw_type")), e.get("fw_class"),
+                         % ("%s: " % host if host else "", FW_TYPES.get(e.get("fw_type"), "type %s" % e.get("fw_type")), e.get("fw_class"),
                             LAST_ATTEMPT.get(status, "status %s" % status), status, e.get("last_attempt_version"),
                             e.get("fw_version")))
     return lines
@@ -143,6 +145,23 @@ def differences(esrt_by_host, head=None):
     return lines
 
 
+def nic_versions(links):
+    """{firmware version: [the rails' devices on it]} of one node's ``fabric_links`` (rails not read left out)."""
+    found = {}
+    for link in links or []:
+        if isinstance(link, Mapping) and link.get("firmware"):
+            found.setdefault(str(link["firmware"]), set()).add(str(link.get("device") or link.get("netdev") or "?"))
+    return {version: sorted(devices) for version, devices in found.items()}
+
+
+def nic_text(found, compact=False):
+    """'28.45.4028 (rocep1s0f0, rocep1s0f1)' of nic_versions' result; compact: the version alone when there is one;
+    '' when nothing was read."""
+    if compact and len(found) == 1:
+        return next(iter(found))
+    return ", ".join("%s (%s)" % (version, ", ".join(devices)) for version, devices in sorted(found.items()))
+
+
 def nic_differences(links_by_host, head=None):
     """Where the nodes' ConnectX-7 firmware differs: one line per node whose version set is not the head's.
 
@@ -153,28 +172,18 @@ def nic_differences(links_by_host, head=None):
     ...                       "w": [{"device": "rocep1s0f1", "firmware": "28.39.1002"}]}, head="h")
     ['w has ConnectX-7 firmware 28.39.1002 (rocep1s0f1), h has 28.45.4028 (rocep1s0f1)']
     """
-    def versions(links):
-        found = {}
-        for link in links or []:
-            if isinstance(link, dict) and link.get("firmware"):
-                found.setdefault(str(link["firmware"]), []).append(str(link.get("device") or link.get("netdev") or "?"))
-        return found
-
-    def text(found):
-        return ", ".join("%s (%s)" % (version, ", ".join(sorted(set(devices))))
-                         for version, devices in sorted(found.items())) or "none read"
-
     hosts, reference = _reference(links_by_host, head)
     if not hosts:
         return []
-    theirs = versions(links_by_host[reference])
+    theirs = nic_versions(links_by_host[reference])
     lines = []
     if len(theirs) > 1:
-        lines.append("%s has ConnectX-7 firmware %s: its own rails differ" % (reference, text(theirs)))
+        lines.append("%s has ConnectX-7 firmware %s: its own rails differ" % (reference, nic_text(theirs)))
     for host in hosts:
         if host == reference:
             continue
-        mine = versions(links_by_host[host])
+        mine = nic_versions(links_by_host[host])
         if sorted(mine) != sorted(theirs):
-            lines.append("%s has ConnectX-7 firmware %s, %s has %s" % (host, text(mine), reference, text(theirs)))
+            lines.append("%s has ConnectX-7 firmware %s, %s has %s"
+                         % (host, nic_text(mine) or "none read", reference, nic_text(theirs) or "none read"))
     return lines

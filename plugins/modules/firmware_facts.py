@@ -81,7 +81,7 @@ def main():
         module.fail_json(msg="cannot read the ESRT under %s/firmware/efi/esrt: %s (the files are root-only: become)"
                          % (module.params["sysfs_root"], exc))
     module.exit_json(changed=False, esrt=entries, summary=summary(entries),
-                     failed_updates=failed_attempts("this node", entries))
+                     failed_updates=failed_attempts(None, entries))
 
 
 if __name__ == "__main__":

@@ -13,9 +13,6 @@ rely on is only that the nodes agree or not, and last_attempt_status.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from typing import Any
 
 # placeholder values (no capture): one system-firmware entry, its last update applied
@@ -30,32 +27,12 @@ def esrt_entries(state: dict[str, Any]) -> list[dict[str, Any]]:
     return DEFAULT_ESRT if entries is None else entries
 
 
-def write_esrt(state: dict[str, Any], root: str) -> None:
-    """(Re)write <root>/firmware/efi/esrt from the state, swapped in whole."""
-    parent = os.path.join(root, "firmware", "efi")
-    os.makedirs(parent, exist_ok=True)
-    new_dir = tempfile.mkdtemp(prefix=".esrt.new-", dir=parent)
-    try:
-        for index, entry in enumerate(esrt_entries(state)):
-            entry_dir = os.path.join(new_dir, "entries", "entry%d" % index)
-            os.makedirs(entry_dir)
-            files = {"fw_class": "%s\n" % str(entry["fw_class"]).lower(),
-                     "capsule_flags": "0x%x\n" % int(entry.get("capsule_flags", 0))}
-            files.update({name: "%d\n" % int(entry.get(name, 0)) for name in _DECIMAL})
-            for name, text in files.items():
-                path = os.path.join(entry_dir, name)
-                with open(path, "w", encoding="utf-8") as handle:
-                    handle.write(text)
-                os.chmod(path, 0o400)
-        os.chmod(new_dir, 0o755)
-        target = os.path.join(parent, "esrt")
-        old = None
-        if os.path.exists(target):
-            old = tempfile.mkdtemp(prefix=".esrt.old-", dir=parent)
-            os.rename(target, os.path.join(old, "esrt"))
-        os.rename(new_dir, target)
-        if old:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(new_dir, ignore_errors=True)
-        raise
+def esrt_files(state: dict[str, Any]) -> dict[str, str]:
+    """{path below esrt/: text} of the table, as the kernel prints each file (rdma.write_sysfs writes them 0400)."""
+    files = {}
+    for index, entry in enumerate(esrt_entries(state)):
+        base = "entries/entry%d/" % index
+        files[base + "fw_class"] = "%s\n" % str(entry["fw_class"]).lower()
+        files[base + "capsule_flags"] = "0x%x\n" % int(entry.get("capsule_flags", 0))
+        files.update({base + name: "%d\n" % int(entry.get(name, 0)) for name in _DECIMAL})
+    return files

@@ -612,7 +612,25 @@ def write_sysfs(state: dict[str, Any], root: str) -> None:
     except BaseException:
         shutil.rmtree(new_dir, ignore_errors=True)
         raise
-    firmware.write_esrt(state, root)  # the rest of the stand-in sysfs: the system firmware's ESRT
+    _write_esrt(state, root)  # the rest of the stand-in sysfs: the system firmware's ESRT
+
+
+def _write_esrt(state: dict[str, Any], root: str) -> None:
+    """<root>/firmware/efi/esrt from sparksim.firmware, root-only files, swapped in whole."""
+    parent = os.path.join(root, "firmware", "efi")
+    os.makedirs(parent, exist_ok=True)
+    new_dir = tempfile.mkdtemp(prefix=".esrt.new-", dir=parent)
+    try:
+        for rel, text in firmware.esrt_files(state).items():
+            path = os.path.join(new_dir, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            _write(path, text)
+            os.chmod(path, 0o400)
+        os.chmod(new_dir, 0o755)
+        _swap_in(new_dir, os.path.join(parent, "esrt"))
+    except BaseException:
+        shutil.rmtree(new_dir, ignore_errors=True)
+        raise
 
 
 # ------------------------------------------------------- helpers for the stand-ins

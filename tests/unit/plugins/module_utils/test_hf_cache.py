@@ -352,7 +352,10 @@ def test_evict_page_cache_flushes_dirty_pages_then_drops_them(tmp_path):
     assert hc.resident_bytes(path) == 0
     with open(path, "rb") as handle:
         handle.read()
-    assert hc.resident_bytes(path) == 8 << 20          # read back: resident again
+    # read back: resident again. Not "== 8 MiB": memory pressure may reclaim a clean page between the read and
+    # mincore (the 14:35 gate saw 8 MiB - 4 KiB, the controller container beside four molecule lanes); the drop above
+    # is the exact claim, this is the control that the measurement sees pages come back
+    assert hc.resident_bytes(path) >= 4 << 20
 
 
 def test_evict_page_cache_without_fadvise_leaves_the_pages(tmp_path, monkeypatch):

@@ -23,7 +23,7 @@ gate_pytest() { python -m pytest -q tests/unit ; }
 # and every molecule scenario run on it. The newest one (requirements-newest.txt, scripts/controller-newest.sh):
 # its image (a thin layer on the sim's debootstrap base image, built once per machine), syntax check, ansible-test
 # sanity and the unit tests on that release here; the molecule default scenario's verify drives the
-# converged pair from it (test_site_via_newest_controller.py). Each writes summary lines to
+# rebooted pair from it: its first full run after the reboot, the drift check (test_site_via_newest_controller.py). Each writes summary lines to
 # .cache/controllers/, printed with the summary below.
 gate_controllers() { "$repo/scripts/controller-newest.sh" gate ; }
 # The molecule scenarios of the gate, in four lanes that run side by side (each

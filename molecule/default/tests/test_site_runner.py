@@ -1,10 +1,9 @@
 """site.yml driven through ansible-runner against the converged default pair
 (after the reboot of side_effect).
 
-- site.yml run twice after the reboot, with drift made first on both nodes:
-  the first run converges in full, names and repairs exactly the drift and
-  changes nothing else (asserted from the event stream, naming the
-  offenders); the second takes the fast path with no changed task.
+- Tag-limited runs (the tags the service role recommends) change nothing and restart no rank.
+  (The first full run after the reboot, with drift made first, is the newest controller's:
+  test_site_via_newest_controller.py.)
 - Bad inventory input: one case per row, each must fail in the preflight play,
   before anything changes, with a message that names the variable and never
   a secret's value; afterwards the nodes read back as a snapshot taken before
@@ -20,7 +19,6 @@ controller, while molecule's verify step has the sim up.
 
 import concurrent.futures
 import copy
-import json
 import os
 import shlex
 
@@ -29,70 +27,6 @@ import siterun
 import yaml
 
 NODE_PATHS = "/etc /usr/local /var/lib/dgxspark /opt"
-
-
-# (host, what to break, what the fast-path report must name, the task that must repair it)
-DRIFT = [
-    ("spark-worker", "sudo rm -f /etc/dgxspark/nccl-static.env",
-     "path:/etc/dgxspark/nccl-static.env: was file", "Write the static NCCL settings the resolver merges in"),
-    ("spark-head", "sudo chmod 0600 /etc/apt/apt.conf.d/51dgxspark-nvidia-driver",
-     "path:/etc/apt/apt.conf.d/51dgxspark-nvidia-driver: was file 0644", "Keep unattended-upgrades away from the NVIDIA driver, CUDA and the kernel flavour"),
-    # earlyoom back (an admin, a package's postinst): it kills vLLM under deep context, so the fast path must see it
-    ("spark-worker", "sudo systemctl unmask earlyoom.service && sudo systemctl start earlyoom.service",
-     "unit:earlyoom.service: was masked inactive", "Stop, disable and mask earlyoom (preflight_earlyoom is disable)"),
-]
-
-
-# the sim's default ESRT entry (sim/node/usr/lib/spark-sim/sparksim/firmware.py) one version down, its update failed
-ESRT_FAILED = {"fw_class": "5370a4c5-0000-4000-8000-00000000e5a7", "fw_type": 1, "fw_version": 65538,
-               "lowest_supported_fw_version": 65536, "capsule_flags": 0x8010, "last_attempt_version": 65540,
-               "last_attempt_status": 6}
-FIRMWARE_REPORT = "Report a system firmware difference between the nodes, or an update that did not apply (never updated here)"
-
-
-def test_site_after_the_reboot_repairs_exactly_the_drift_then_takes_the_fast_path(tmp_path):
-    """One full run serves two checks (each cost a full run of its own under the gate's load): the first run after
-    side_effect's reboot, with drift made first on both nodes (two roles' files, a masked unit back).
-
-    The reboot reshuffled the GIDs, so the nic role's stamp no longer holds and the run converges in full on every
-    node; it names each drift, repairs exactly that, and changes nothing else (the reboot itself needs no change:
-    the clock lock came back from its unit, the ranks from theirs). The run after it takes the fast path with
-    changed=0, a handful of tasks per host."""
-    for host, command, _, _ in DRIFT:
-        proc = siterun.ssh(host, command)
-        assert proc.returncode == 0, proc.stderr
-    # the worker came back on other system firmware, and a capsule update that did not apply (fwupdmgr's path): the
-    # run reports it (issue 25) and changes nothing for it; the collection never updates firmware
-    siterun.spark_sim("state", "spark-worker", "--set", "firmware.esrt=%s" % json.dumps([ESRT_FAILED]))
-    try:
-        first = siterun.run_site(tmp_path / "first")
-    finally:
-        siterun.spark_sim("state", "spark-worker", "--set", "firmware.esrt=null")
-    assert first.rc == 0, siterun.failure_messages(first)
-    report = [ev["event_data"]["res"].get("msg", "") for ev in first.events
-              if ev.get("event") == "runner_on_ok" and ev["event_data"].get("task") == FIRMWARE_REPORT]
-    assert len(report) == 1 and report[0].startswith(
-        "spark-worker: the last firmware update of system firmware (%s) did not apply: AC power too low "
-        "(ESRT last_attempt_status 6, version 65540 attempted, 65538 running); spark-worker has system firmware 65538 "
-        "(%s), spark-head has system firmware 65539." % (ESRT_FAILED["fw_class"], ESRT_FAILED["fw_class"])), report
-    reports = siterun.fast_path_reports(first)
-    assert sorted(reports) == list(siterun.HOSTS), reports
-    assert all(": full run: " in msg for msg in reports.values()), reports
-    assert any("nic: " in msg for msg in reports.values()), reports
-    for host, _, named, _ in DRIFT:
-        assert named in reports[host], reports
-    assert min(siterun.ok_counts(first).values()) > 100, siterun.ok_counts(first)
-    repairs = sorted(set("%s: %s" % (host, task) for host, _, _, task in DRIFT))
-    assert sorted(set(siterun.changed_tasks(first))) == repairs, \
-        "the run after the reboot changed more (or less) than the drift: %s" % siterun.changed_tasks(first)
-    second = siterun.run_site(tmp_path / "second")
-    assert second.rc == 0, siterun.failure_messages(second)
-    assert not [ev for ev in second.events if ev.get("event") == "runner_on_ok"
-                and ev["event_data"].get("task") == FIRMWARE_REPORT], "a firmware report on nodes that agree"
-    assert siterun.changed_tasks(second) == [], "changed on the second run: %s" % siterun.changed_tasks(second)
-    reports = siterun.fast_path_reports(second)
-    assert all("nothing drifted on any node" in msg for msg in reports.values()) and len(reports) == 2, reports
-    assert max(siterun.ok_counts(second).values()) < 30, siterun.ok_counts(second)
 
 
 @pytest.mark.parametrize("tags", ["runtime", "service", "runtime,service"])

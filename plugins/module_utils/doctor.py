@@ -24,7 +24,10 @@ and FAILs on the node that differs.
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shlex
 from typing import Any, Dict, List, Mapping
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils.firmware import failed_attempts, nic_text, nic_versions, summary
@@ -43,10 +46,15 @@ CHECKS = {
                                    "nccl.env from the live GID table), or re-run site.yml, which does it."),
     "fabric-bandwidth": ("fabric", "Reboot the slow node with the cables seated (site.yml with nic_reboot_ok: true does "
                                    "it in order); still slow: power both nodes off, AC removed for at least 60 s."),
-    "nccl-allreduce": ("nccl", "Measure it by hand with the unit stopped (all_reduce_perf from nccl-tests with "
-                               "/run/dgxspark/nccl.env) until doctor has an all-reduce entry point."),
+    "nccl-allreduce": ("nccl", "Reboot both nodes with the cables seated; still slow with the fabric healthy: power both "
+                               "nodes off with AC removed for at least 60 s (a power-delivery fault shows only in the "
+                               "all-reduce); an init error names NCCL's cause: fix it (usually the GID index or "
+                               "NCCL_IB_HCA) and run doctor at full level with the units stopped (stop.yml) again."),
     "gpu-driver": ("gpu", "Reboot the node so the loaded kernel module matches the installed userspace driver (site.yml "
                           "with driver_reboot_ok: true does it)."),
+    "gpu-cuinit": ("gpu", "CUDA does not initialise through the runtime although the driver may answer: read the "
+                          "error (803: module and userspace differ, reboot; 999 unknown: load nvidia-uvm with "
+                          "nvidia-modprobe -u -c 0 or reboot; no device: check CUDA_VISIBLE_DEVICES in vllm.env)."),
     "gpu-clock-cap": ("gpu", "Start dgxspark-clock-cap.service again (systemctl restart dgxspark-clock-cap) and read "
                              "its status in /run/dgxspark/clock-cap.status, or re-run site.yml."),
     "gpu-persistence": ("gpu", "Enable persistence mode (nvidia-persistenced.service, or nvidia-smi -pm 1) so the "
@@ -103,7 +111,7 @@ CHECKS = {
 }
 
 # The checks run only at the full level (measurements).
-FULL_ONLY = ("fabric-bandwidth",)
+FULL_ONLY = ("fabric-bandwidth", "nccl-allreduce")
 # The checks made only on the head (the API is served there).
 HEAD_ONLY = ("serving-health", "serving-models", "serving-completion")
 
@@ -236,9 +244,61 @@ def fabric_bandwidth(host, probe, ctx):
     return verdict(host, "fabric-bandwidth", PASS, "%s (healthy >= %g Gb/s)" % (", ".join(parts), floor))
 
 
+def collective_result(result):
+    """The JSON line dgxspark_collective.py printed, from its command's result; else {"ok": False, "error": ...}.
+
+    >>> collective_result({"rc": 0, "stdout": 'x\\n{"ok": true, "busbw_gbs": 21.6}'})["busbw_gbs"]
+    21.6
+    >>> collective_result({"rc": 1, "stdout": "", "stderr": "Failed to start transient service unit"})["error"]
+    'exit 1: Failed to start transient service unit'
+    """
+    if not isinstance(result, Mapping):
+        return {"ok": False, "error": "not run"}
+    if result.get("skipped"):
+        return {"ok": False, "error": "skipped: %s" % (result.get("skip_reason") or "")}
+    for line in reversed(str(result.get("stdout") or "").splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                data = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(data, dict):
+                return data
+    text = " ".join(str(result.get(k) or "").strip() for k in ("stderr", "msg")).strip()
+    return {"ok": False, "error": "exit %s: %s" % (result.get("rc"), text[-600:] or "no output")}
+
+
 def nccl_allreduce(host, probe, ctx):
-    return verdict(host, "nccl-allreduce", WARN, "not measured: %s" % (
-        ctx.get("nccl_reason") or "doctor has no NCCL all-reduce entry point yet (issue 26)"))
+    """The all-reduce every node ran at once (dgxspark_collective.py allreduce), judged on the bus bandwidth."""
+    if ctx.get("nccl_reason"):
+        return verdict(host, "nccl-allreduce", WARN, "not measured: %s" % ctx["nccl_reason"])
+    data = collective_result(probe.get("allreduce"))
+    floor = float(ctx.get("nccl_floor_gbs") or 0)
+    if not data.get("ok"):
+        return verdict(host, "nccl-allreduce", FAIL, "rank %s of %s, %s: %s" % (
+            data.get("rank", "?"), data.get("world_size", "?"), data.get("stage", "run"), data.get("error")))
+    evidence = ("rank %s of %s: %d MiB x %s, %.1f us per all-reduce, algbw %.2f GB/s, busbw %.2f GB/s (NCCL %s, torch %s)"
+                % (data.get("rank"), data.get("world_size"), int(data.get("bytes") or 0) >> 20, data.get("iters"),
+                   float(data.get("time_us") or 0), float(data.get("algbw_gbs") or 0), float(data.get("busbw_gbs") or 0),
+                   data.get("nccl") or "?", data.get("torch") or "?"))
+    if data.get("wrong"):
+        return verdict(host, "nccl-allreduce", FAIL, evidence + "; the sum read back wrong")
+    if float(data.get("busbw_gbs") or 0) < floor:
+        return verdict(host, "nccl-allreduce", FAIL, "%s, below the floor %g GB/s (doctor_nccl_min_busbw_gbps)"
+                       % (evidence, floor))
+    return verdict(host, "nccl-allreduce", PASS, "%s (floor %g GB/s)" % (evidence, floor))
+
+
+def gpu_cuinit(host, probe, ctx):
+    """CUDA initialised through the runtime's torch (dgxspark_collective.py cuinit) as the unit's user."""
+    if ctx.get("cuinit_reason"):
+        return verdict(host, "gpu-cuinit", WARN, "not run: %s" % ctx["cuinit_reason"])
+    data = collective_result(probe.get("cuinit"))
+    if not data.get("ok"):
+        return verdict(host, "gpu-cuinit", FAIL, "%s: %s" % (data.get("stage", "run"), data.get("error")))
+    return verdict(host, "gpu-cuinit", PASS, "CUDA initialised through the runtime: %s device(s), %s (torch %s, CUDA %s)"
+                   % (data.get("devices"), data.get("name"), data.get("torch") or "?", data.get("cuda") or "?"))
 
 
 _MISMATCH = "Driver/library version mismatch"
@@ -532,7 +592,7 @@ def serving_completion(host, probe, ctx):
 NODE_CHECKS = {
     "fabric-links": fabric_links, "fabric-mtu": fabric_mtu, "fabric-gid-index": fabric_gid_index,
     "fabric-bandwidth": fabric_bandwidth, "nccl-allreduce": nccl_allreduce,
-    "gpu-driver": gpu_driver, "gpu-clock-cap": gpu_clock_cap, "gpu-persistence": gpu_persistence,
+    "gpu-driver": gpu_driver, "gpu-cuinit": gpu_cuinit, "gpu-clock-cap": gpu_clock_cap, "gpu-persistence": gpu_persistence,
     "platform-kernel": platform_kernel, "platform-held": platform_held, "platform-earlyoom": platform_earlyoom,
     "platform-leftovers": platform_leftovers, "platform-memory": platform_memory, "platform-disk": platform_disk,
     "checkpoint-record": checkpoint_record, "checkpoint-offline": checkpoint_offline,
@@ -640,3 +700,132 @@ def normalise_argv(argv, rank_options=("--node-rank", "--headless", "--data-para
             continue
         out.append(word)
     return out
+
+
+def unit_exec(unit_text):
+    """What the serving unit runs and how, from its unit file: ``{"user", "group", "working_directory",
+    "environment_files": [[path, optional]], "argv": [...], "python", "node_rank", "nnodes", "master_addr",
+    "master_port"}`` (the venv kind's ``Type=exec`` unit: ``ExecStart=`` is ``<venv>/bin/vllm serve ...``), {}
+    without an ExecStart.
+
+    >>> u = unit_exec("[Service]\\nUser=vllm\\nEnvironmentFile=-/etc/a.env\\nEnvironmentFile=/run/n.env\\n"
+    ...               "ExecStart=/opt/v/bin/vllm serve m --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 "
+    ...               "--master-port 29501 --headless\\n")
+    >>> u["environment_files"], u["python"], u["node_rank"], u["master_port"]
+    ([['/etc/a.env', True], ['/run/n.env', False]], '/opt/v/bin/python', 1, 29501)
+    """
+    joined = re.sub(r"\\\n", " ", unit_text or "")
+    out = {"user": "", "group": "", "working_directory": "", "environment_files": [], "argv": []}  # type: Dict[str, Any]
+    for line in joined.splitlines():
+        key, sep, value = line.strip().partition("=")
+        if not sep:
+            continue
+        value = value.strip()
+        if key == "User":
+            out["user"] = value
+        elif key == "Group":
+            out["group"] = value
+        elif key == "WorkingDirectory":
+            out["working_directory"] = value
+        elif key == "EnvironmentFile":
+            out["environment_files"].append([value.lstrip("-"), value.startswith("-")])
+        elif key == "ExecStart":
+            try:
+                out["argv"] = shlex.split(value.lstrip("-+@!:"))
+            except ValueError:
+                out["argv"] = value.split()
+    if not out["argv"]:
+        return {}
+    argv = out["argv"]
+    options = {}
+    for i, word in enumerate(argv):
+        name, eq, val = word.partition("=")
+        if name in ("--nnodes", "--node-rank", "--master-addr", "--master-port"):
+            options[name] = val if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+    out["python"] = os.path.join(os.path.dirname(argv[0]), "python") if os.path.isabs(argv[0]) else ""
+    for key, opt, conv in (("node_rank", "--node-rank", int), ("nnodes", "--nnodes", int),
+                           ("master_addr", "--master-addr", str), ("master_port", "--master-port", int)):
+        try:
+            out[key] = conv(options[opt]) if opt in options else None
+        except ValueError:
+            out[key] = None
+    if out["nnodes"] == 1 or (out["nnodes"] is None and out["node_rank"] is None):
+        out["node_rank"], out["nnodes"] = 0 if out["node_rank"] is None else out["node_rank"], out["nnodes"] or 1
+    return out
+
+
+def collective_argv(unit, script, command, unit_name, timeout, size_mb=256, warmup=5, iters=20, skip_files=()):
+    """systemd-run argv that runs dgxspark_collective.py COMMAND as the serving unit's user, in its environment
+    files (less SKIP_FILES: the API key's, which neither CUDA nor NCCL reads), bounded by RuntimeMaxSec (a transient unit, collected when it ends); [] when the unit is not a venv
+    kind's (no Python beside its ExecStart) or, for allreduce, names no rank, node count or master.
+
+    >>> u = {"user": "vllm", "group": "vllm", "working_directory": "/var/lib/v", "python": "/opt/v/bin/python",
+    ...      "environment_files": [["/etc/a.env", True]], "node_rank": 0, "nnodes": 2, "master_addr": "10.0.0.1",
+    ...      "master_port": 29501}
+    >>> collective_argv(u, "/usr/local/lib/dgxspark/c.py", "cuinit", "dgxspark-doctor-cuinit", 60)[-3:]
+    ['/opt/v/bin/python', '/usr/local/lib/dgxspark/c.py', 'cuinit']
+    >>> "--master-addr" in collective_argv(u, "/c.py", "allreduce", "d", 60)
+    True
+    """
+    if not isinstance(unit, Mapping) or not unit.get("python"):
+        return []
+    argv = ["systemd-run", "--unit=%s" % unit_name, "--collect", "--quiet", "--wait", "--pipe",
+            "-p", "RuntimeMaxSec=%d" % (int(timeout) + 30)]
+    for key, prop in (("user", "User"), ("group", "Group"), ("working_directory", "WorkingDirectory")):
+        if unit.get(key):
+            argv += ["-p", "%s=%s" % (prop, unit[key])]
+    for path, optional in unit.get("environment_files") or []:
+        if path in (skip_files or ()):
+            continue
+        argv += ["-p", "EnvironmentFile=%s%s" % ("-" if optional else "", path)]
+    argv += ["--", unit["python"], script, command]
+    if command == "allreduce":
+        if unit.get("node_rank") is None or not unit.get("nnodes") or not unit.get("master_addr") \
+                or not unit.get("master_port"):
+            return []
+        argv += ["--rank", str(unit["node_rank"]), "--world-size", str(unit["nnodes"]),
+                 "--master-addr", str(unit["master_addr"]), "--master-port", str(unit["master_port"]),
+                 "--size-mb", str(size_mb), "--warmup", str(warmup), "--iters", str(iters), "--timeout", str(timeout)]
+    return argv
+
+
+def nccl_reason(nodes, level, hosts):
+    """Why the all-reduce cannot run in this doctor run ("" when it can): the level, a serving unit that holds the
+    GPU, a node without the resolved nccl.env or whose unit names no rank, or a run that leaves out ranks.
+    ``nodes``: {host: doctor_facts result}, for the HOSTS of this run.
+
+    >>> up = {"unit": {"ActiveState": "inactive"}, "nccl_env": {"NCCL_IB_HCA": "=rocep1s0f1"},
+    ...       "unit_exec": {"python": "/v/bin/python", "node_rank": 0, "nnodes": 2, "master_addr": "10.0.0.1",
+    ...                     "master_port": 29501}}
+    >>> nccl_reason({"a": up, "b": dict(up, unit_exec=dict(up["unit_exec"], node_rank=1))}, "full", ["a", "b"])
+    ''
+    >>> nccl_reason({"a": dict(up, unit={"ActiveState": "active"}), "b": up}, "full", ["a", "b"])[:39]
+    'the serving unit is active on a (active'
+    """
+    if level != "full":
+        return "doctor_level quick (the all-reduce is measured at full level, with the serving units stopped)"
+    nodes = nodes or {}
+    missing = [h for h in hosts if not isinstance(nodes.get(h), Mapping) or _probe_error(nodes.get(h))]
+    if missing:
+        return "not read on %s" % ", ".join(missing)
+    busy = ["%s (%s)" % (h, (nodes[h].get("unit") or {}).get("ActiveState") or "?") for h in hosts
+            if (nodes[h].get("unit") or {}).get("ActiveState") not in ("inactive", "failed")]
+    if busy:
+        return ("the serving unit is active on %s: the all-reduce needs the GPU the ranks hold; stop the units "
+                "(stop.yml), run doctor_level full, then site.yml starts them again" % ", ".join(busy))
+    no_env = [h for h in hosts if not nodes[h].get("nccl_env")]
+    if no_env:
+        return ("no resolved NCCL environment on %s (the unit has not started since the boot: its ExecStartPre writes "
+                "it); start the units once (site.yml), stop them, then run doctor" % ", ".join(no_env))
+    units = dict((h, nodes[h].get("unit_exec") or {}) for h in hosts)
+    bad = [h for h in hosts if not units[h].get("python") or units[h].get("node_rank") is None
+           or not units[h].get("nnodes") or not units[h].get("master_addr") or not units[h].get("master_port")]
+    if bad:
+        return ("the serving unit on %s is not the venv kind's or names no --node-rank, --nnodes, --master-addr "
+                "and --master-port (the container kind's all-reduce is not measured by doctor)" % ", ".join(bad))
+    ranks = sorted(units[h]["node_rank"] for h in hosts)
+    nnodes = set(units[h]["nnodes"] for h in hosts)
+    if nnodes != set([len(hosts)]) or ranks != list(range(len(hosts))):
+        return ("the run has ranks %s of --nnodes %s: every node of the serving group must be in it (no --limit)"
+                % (ranks, "/".join(str(n) for n in sorted(nnodes))))
+    return ""

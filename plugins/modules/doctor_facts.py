@@ -179,6 +179,14 @@ unit_argv_digest:
   description: sha256 of the unit's ExecStart lines without the rank options.
   returned: always
   type: str
+unit_exec:
+  description:
+    - What the serving unit runs and how (the venv kind; {} for the container kind or without an ExecStart), read
+      from O(unit_file) - user, group, working_directory, environment_files ([path, optional]), argv, python (the
+      venv's, beside ExecStart's first word), node_rank, nnodes, master_addr, master_port.
+    - doctor runs its CUDA and NCCL measurements with these (plugins/module_utils/doctor.py collective_argv).
+  returned: always
+  type: dict
 cuda:
   description: The CUDA release nvcc reports (C(13.0 (13.0.88))), "" when not found.
   returned: always
@@ -214,7 +222,7 @@ import re
 import shlex
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dgxspark.cluster.plugins.module_utils.doctor import normalise_argv, parse_env, parse_query_gpu
+from ansible_collections.dgxspark.cluster.plugins.module_utils.doctor import normalise_argv, parse_env, parse_query_gpu, unit_exec
 from ansible_collections.dgxspark.cluster.plugins.module_utils.nvidia_stack import (
     apt_simulation,
     driver_state,
@@ -346,6 +354,7 @@ def main():
     unit_text = _read(p["unit_file"])
     argv = normalise_argv(_exec_start(unit_text))
     result["unit_argv_digest"] = _digest(json.dumps(argv)) if argv else ""
+    result["unit_exec"] = unit_exec(unit_text) if p["runtime_kind"] == "venv" else {}
 
     cuda_home = parse_env(_read(p["cuda_env_file"]) or "").get("CUDA_HOME") or "/usr/local/cuda"
     rc, out = _run(module, [os.path.join(cuda_home, "bin", "nvcc"), "--version"])

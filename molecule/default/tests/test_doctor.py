@@ -1,17 +1,20 @@
 """doctor.yml against the converged, serving pair, without a new converge (issue 26).
 
-The healthy pair: every check PASS on both nodes at quick and at full level (the NCCL all-reduce WARNs "not
-measured", as designed in this slice), changed=0, the JSON report written. Then one fault of each class that can be
+The healthy pair: every check PASS on both nodes at quick and at full level (at the full level the NCCL all-reduce
+WARNs that the serving units hold the GPU, as designed: doctor never stops them; the service scenario measures it with
+the units stopped), changed=0, the JSON report written. Then one fault of each class that can be
 injected on a serving pair, all at once, each on one node and in one check, put back after, also when the case fails:
 - fabric: an MTU of 1500 on the worker's second rail (fabric-mtu FAILs on the worker, naming the head's 9000);
-- gpu: the head's SM clock lock lost (gpu-clock-cap FAILs on the head, naming the clock read back);
+- gpu: the head's SM clock lock lost (gpu-clock-cap FAILs on the head, naming the clock read back), and nvidia-uvm
+  not loaded on the worker (the sim's nvidia-uvm-missing: nvidia-smi answers, CUDA's init through the runtime fails
+  with 999, gpu-cuinit FAILs on the worker with torch's "CUDA unknown error");
 - platform: a process titled VLLM::EngineCore outside the serving unit on the worker (platform-leftovers);
 - parity: a variable only the worker's vllm.env has (parity-vllm-env FAILs on the worker, naming the key), and
   the worker's ConnectX-7 on an older firmware (parity-firmware WARNs on the worker: a report, never a change);
 - checkpoint: an unfinished download (*.incomplete) in the head's cache repo (checkpoint-unfinished);
 - serving: the head's engine wedged (the sim's `wedge`: /health and /v1/models answer, requests hang), so the
   1-token completion times out (serving-completion FAILs on the head; serving-health and serving-models PASS).
-(nccl: the all-reduce is not measured in this slice, a WARN on both nodes.) Every other check still PASSes.
+(nccl: the all-reduce is a full-level measurement; this run is quick.) Every other check still PASSes.
 Read-only: the files under /etc/dgxspark and /etc/systemd/system, nccl.env and the clock cap's status, the serving
 and clock cap units' states, main PIDs, restart counts and invocations are the same on both nodes before and after
 every run, and no measurement unit is left; and after the faults are put back, site.yml --check --diff reports no
@@ -28,13 +31,13 @@ import pytest
 import siterun
 
 WORKER_RAIL1 = "enP2p1s0f1np1"
-ALLREDUCE = {("spark-head", "nccl-allreduce"): "WARN", ("spark-worker", "nccl-allreduce"): "WARN"}
+ALLREDUCE = {("spark-head", "nccl-allreduce"): "WARN", ("spark-worker", "nccl-allreduce"): "WARN"}   # full level
 SNAPSHOT = (
     "sudo sh -c 'find /etc/dgxspark /etc/systemd/system -xdev -type f -print0 | sort -z | xargs -0 sha256sum; "
     "sha256sum /run/dgxspark/nccl.env /run/dgxspark/clock-cap.status; "
     "systemctl show dgxspark-vllm.service dgxspark-clock-cap.service "
     "--property=Id,ActiveState,SubState,MainPID,NRestarts,InvocationID; "
-    "systemctl list-units --all --plain --no-legend \"dgxspark-ib-write-bw*\"'"
+    "systemctl list-units --all --plain --no-legend \"dgxspark-ib-write-bw*\" \"dgxspark-doctor-*\"'"
 )
 TIMES = {}
 
@@ -84,19 +87,25 @@ def test_the_healthy_pair_passes_every_check_at_quick_and_full_level_and_nothing
     for level in ("quick", "full"):
         runner, report, took = doctor(tmp_path, level, {"doctor_level": level})
         TIMES[level] = took
-        assert not_pass(report) == ALLREDUCE, [r for r in report["results"] if r["status"] != "PASS"]
+        assert not_pass(report) == (ALLREDUCE if level == "full" else {}), \
+            [r for r in report["results"] if r["status"] != "PASS"]
         assert runner.rc == 0, siterun.failure_messages(runner)
         assert report["level"] == level and report["counts"]["FAIL"] == 0
         hosts = {r["host"] for r in report["results"]}
         assert hosts == set(siterun.HOSTS)
         checks = {r["check"] for r in report["results"]}
-        assert ("fabric-bandwidth" in checks) == (level == "full")
+        assert ("fabric-bandwidth" in checks) == ("nccl-allreduce" in checks) == (level == "full")
+        assert result(report, "spark-worker", "gpu-cuinit")["evidence"].startswith(
+            "CUDA initialised through the runtime: 1 device(s), NVIDIA GB10 (torch 0.0.0+spark.sim, CUDA 13.0)")
         assert {"fabric-links", "fabric-mtu", "fabric-gid-index", "gpu-driver", "gpu-clock-cap", "platform-leftovers",
                 "parity-vllm-env", "parity-unit-argv", "checkpoint-record", "serving-unit",
                 "serving-completion"} <= checks
         assert "1-token completion + chat completion in" in result(report, "spark-head", "serving-completion")["evidence"]
     print("doctor wall time: quick %.1f s, full %.1f s" % (TIMES["quick"], TIMES["full"]))
     assert result(report, "spark-worker", "fabric-bandwidth")["evidence"].startswith("rail 0 (enp1s0f1np1)")
+    assert result(report, "spark-head", "nccl-allreduce")["evidence"].startswith(
+        "not measured: the serving unit is active on spark-head (active), spark-worker (active): the all-reduce needs "
+        "the GPU the ranks hold")
 
 
 REPO_DIR = "/var/lib/dgxspark/huggingface/hub/models--deepseek-ai--DeepSeek-V4-Flash-0731"
@@ -134,6 +143,7 @@ def faults():
             lambda: spark_sim("state", "spark-worker", *["--set=hcas.%s.fw=%s" % (hca, json.dumps(fw))
                                                           for hca, fw in firmware.items()]),
             lambda: spark_sim("fault", "spark-head", "clear"),
+            lambda: spark_sim("state", "spark-worker", "--set", "gpu.uvm_loaded=true"),
             lambda: spark_sim("state", "spark-head", "--set", "gpu.locked_clocks=%s" % json.dumps(lock)),
             lambda: ok("spark-worker", "sudo ip link set dev %s mtu 9000" % WORKER_RAIL1),
             lambda: ok("spark-worker", "sudo systemctl stop %s || true" % LEFTOVER_UNIT),
@@ -151,6 +161,8 @@ def test_one_fault_per_class_fails_exactly_its_check_on_exactly_its_node(tmp_pat
     ok("spark-worker", "sudo ip link set dev %s mtu 1500" % WORKER_RAIL1)
     # gpu: the head's SM clock lock lost (what a reboot does before the cap unit runs again)
     spark_sim("state", "spark-head", "--set", "gpu.locked_clocks=null")
+    # gpu: nvidia-uvm not loaded on the worker (nvidia-smi answers; CUDA does not initialise)
+    spark_sim("fault", "spark-worker", "nvidia-uvm-missing")
     # platform: an engine core left outside the serving unit (seed 003's leftovers)
     ok("spark-worker", "sudo systemd-run --quiet --collect --unit=%s bash -c 'exec -a VLLM::EngineCore sleep 900'"
        % LEFTOVER_UNIT)
@@ -163,9 +175,10 @@ def test_one_fault_per_class_fails_exactly_its_check_on_exactly_its_node(tmp_pat
     # serving: the head's engine wedges (seed 000: the API answers, the engine does not move)
     spark_sim("fault", "spark-head", "wedge")
     runner, report, took = doctor(tmp_path, "faults", {"doctor_api_timeout": 15})
-    print("doctor wall time with six faults: quick %.1f s" % took)
-    expected = dict(ALLREDUCE)
+    print("doctor wall time with seven faults: quick %.1f s" % took)
+    expected = {}
     expected.update({("spark-worker", "fabric-mtu"): "FAIL", ("spark-head", "gpu-clock-cap"): "FAIL",
+                     ("spark-worker", "gpu-cuinit"): "FAIL",
                      ("spark-worker", "platform-leftovers"): "FAIL", ("spark-worker", "parity-vllm-env"): "FAIL",
                      ("spark-head", "checkpoint-unfinished"): "FAIL", ("spark-head", "serving-completion"): "FAIL",
                      ("spark-worker", "parity-firmware"): "WARN"})
@@ -178,6 +191,11 @@ def test_one_fault_per_class_fails_exactly_its_check_on_exactly_its_node(tmp_pat
     found = result(report, "spark-head", "gpu-clock-cap")
     assert "SM clock 2405 MHz, cap 2100 MHz (read back above the cap: the lock is lost)" in found["evidence"], found
     assert found["remedy"].startswith("Start dgxspark-clock-cap.service again")
+    found = result(report, "spark-worker", "gpu-cuinit")
+    assert found["evidence"] == ("cuda: RuntimeError: CUDA unknown error - this may be due to an incorrectly set up "
+                                 "environment, e.g. changing env variable CUDA_VISIBLE_DEVICES after program start. "
+                                 "Setting the available devices to be zero."), found
+    assert found["remedy"].startswith("CUDA does not initialise through the runtime"), found
     found = result(report, "spark-worker", "platform-leftovers")
     assert "VLLM::EngineCore" in found["evidence"], found
     assert found["remedy"].startswith("Stop the leftover processes named in the evidence")
@@ -192,7 +210,7 @@ def test_one_fault_per_class_fails_exactly_its_check_on_exactly_its_node(tmp_pat
     assert found["remedy"].startswith("An engine that lists the model but does not answer lost a rank"), found
     assert runner.rc != 0
     messages = siterun.failure_messages(runner)
-    assert any("doctor quick: 6 check(s) failed: " in m for m in messages), messages
+    assert any("doctor quick: 7 check(s) failed: " in m for m in messages), messages
 
 
 def test_after_doctor_site_check_mode_still_reports_no_change_and_no_failure(tmp_path):

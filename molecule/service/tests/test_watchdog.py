@@ -11,8 +11,11 @@ service_start_limit_interval_sec) and drives the stand-in's faults:
 3. `wedge` again: the bound (1 restart) holds - reported, not restarted;
 4. the configuration the role renders from service_watchdog_restart=false: reported, not restarted;
 5. stop.yml: both units inactive (the head first), still enabled, the memory check passed on both; with
-   stop_disable the units are disabled; site.yml (tags runtime,service) serves again and a second run
-   changes nothing.
+   stop_disable the units are disabled; with the units stopped doctor.yml measures the NCCL all-reduce (issue 26:
+   the runtime's entry point on both nodes at once, as the units run): nccl-allreduce PASSes on both nodes at the
+   healthy busbw; with the worker's power-delivery fault (nccl-power-degraded) it FAILs on both ranks at ~3.2 GB/s
+   while fabric-bandwidth (raw RDMA) still PASSes, and nothing changed; site.yml (tags runtime,service) serves
+   again and a second run changes nothing.
 
 The tests run in file order and share the pair; none takes the `host` fixture (each runs once).
 """
@@ -294,6 +297,52 @@ def _failures(runner):
             if ev.get("event") in ("runner_on_failed", "runner_on_unreachable")]
 
 
+def _doctor(tmp_path, name, extravars):
+    """doctor.yml at the full level; (runner, its JSON report)."""
+    reports = tmp_path / ("doctor-" + name)
+    runner = _run(tmp_path, os.path.join(PROJECT, "doctor.yml"),
+                  dict({"doctor_level": "full", "doctor_report_dir": str(reports)}, **extravars))
+    assert _changed(runner) == [], _changed(runner)
+    found = sorted(reports.glob("*_doctor_full.json"))
+    assert len(found) == 1, (found, _failures(runner))
+    return runner, json.loads(found[0].read_text())
+
+
+def _verdicts(report, check):
+    return {r["host"]: r for r in report["results"] if r["check"] == check}
+
+
+def _doctor_measures_the_all_reduce_with_the_units_stopped(tmp_path):
+    runner, report = _doctor(tmp_path, "healthy", {"doctor_checks": ["nccl", "gpu"]})
+    nccl = _verdicts(report, "nccl-allreduce")
+    assert sorted(nccl) == [HEAD, WORKER], report["results"]
+    for rank, host in enumerate((HEAD, WORKER)):
+        assert nccl[host]["status"] == "PASS", nccl[host]
+        figure = float(re.search(r"busbw ([0-9.]+) GB/s", nccl[host]["evidence"]).group(1))
+        assert 15 <= figure <= 23.2, nccl[host]       # the stand-in's healthy 23.19 GB/s, read back by the formula
+        assert nccl[host]["evidence"].startswith("rank %d of 2: 1024 MiB x 20, " % rank), nccl[host]
+    assert {h: r["status"] for h, r in _verdicts(report, "gpu-cuinit").items()} == {HEAD: "PASS", WORKER: "PASS"}
+    assert runner.rc == 0, _failures(runner)
+    spark_sim("fault", WORKER, "nccl-power-degraded")
+    try:
+        runner, report = _doctor(tmp_path, "power", {"doctor_checks": ["fabric", "nccl"]})
+    finally:
+        spark_sim("state", WORKER, "--set", "nic.power_degraded=false")
+    nccl = _verdicts(report, "nccl-allreduce")
+    for host in (HEAD, WORKER):      # the collective runs at the slow node's pace: both ranks read it
+        assert nccl[host]["status"] == "FAIL", nccl[host]
+        figure = float(re.search(r"busbw ([0-9.]+) GB/s", nccl[host]["evidence"]).group(1))
+        assert 2.5 <= figure <= 3.23 and "below the floor 15 GB/s" in nccl[host]["evidence"], nccl[host]
+        assert nccl[host]["remedy"].startswith("Reboot both nodes with the cables seated"), nccl[host]
+    # raw RDMA reads healthy under the same fault: only the collective shows it (unsloth PR #10280)
+    assert {h: r["status"] for h, r in _verdicts(report, "fabric-bandwidth").items()} == {HEAD: "PASS", WORKER: "PASS"}
+    assert sorted(report["failed"]) == ["%s nccl-allreduce" % HEAD, "%s nccl-allreduce" % WORKER], report["failed"]
+    assert runner.rc != 0
+    for host in (HEAD, WORKER):      # a measurement, not a start: the units stay stopped, no transient unit left
+        assert out(host, "systemctl show -p ActiveState --value %s" % UNIT).strip() == "inactive"
+        assert out(host, "systemctl list-units --all --plain --no-legend 'dgxspark-doctor-*'").strip() == ""
+
+
 @pytest.fixture(scope="module")
 def tmp_module(tmp_path_factory):
     return tmp_path_factory.mktemp("stop")
@@ -319,6 +368,7 @@ def test_05_stop_then_converge_serves_again(tmp_module):
                                         for h in (HEAD, WORKER)]
     for host in (HEAD, WORKER):
         assert out(host, "systemctl is-enabled %s || true" % UNIT).strip() == "disabled"
+    _doctor_measures_the_all_reduce_with_the_units_stopped(tmp_module)
     # site.yml with the tags side_effect.yml's cases re-run (runtime,service): the plays that own the unit; the
     # scenario's full converge.yml twice more cost this lane ~15 of its minutes under the gate's load.
     site = os.path.join(PROJECT, "site.yml")

@@ -63,7 +63,8 @@ def test_faults_accumulate_clear_and_reach_the_engine(tmp_path):
     cond = behaviour.Conditions({"VLLM_STANDIN_DECODE_TOK_S": "100"}, str(state))
     assert cond.faults() == ["kv-block-corruption", "slow-decode"] and cond.decode_rate() == 25.0
     assert edit(tmp_path, state, "clear") == []
-    assert json.loads(state.read_text())["gpu"] == {"driver_version": "580.173.02"}
+    # clear is the power cycle: nvidia-uvm loaded again (nvidia-uvm-missing off), the rest of the GPU as it was
+    assert json.loads(state.read_text())["gpu"] == {"driver_version": "580.173.02", "uvm_loaded": True}
     assert cond.faults() == [] and cond.decode_rate() == 100.0
     assert edit(tmp_path, state, "slow-prefill") == ["slow-prefill"]
     assert cond.prefill_rate() == pytest.approx(468540 / 498.0)    # seed 000's needle: 468,540 tokens in 498 s

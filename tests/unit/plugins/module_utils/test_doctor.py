@@ -8,11 +8,14 @@ one node and asserts exactly that check FAILs (or WARNs) on exactly that node, w
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils import doctor
 
 HEAD, WORKER = "spark-head", "spark-worker"
+CUINIT_OK = {"ok": True, "devices": 1, "name": "NVIDIA GB10", "torch": "2.9.0+cu130", "cuda": "13.0"}
 
 
 ESRT = {"entry": "entry0", "fw_class": "5370a4c5-0000-4000-8000-00000000e5a7", "fw_type": 1, "fw_version": 65539,
@@ -57,6 +60,8 @@ def probe(host, gid, rank_words=""):
                    "available_mb": 20000, "ok": True},
         "disk": {"changed": False, "checked": "/var/lib", "free_bytes": 200 * 10 ** 9},
         "cache_paths": "checkpoint_cache_dir /cache, runtime_cache_dir /vcache",
+        "cuinit": {"rc": 0, "stdout": json.dumps(CUINIT_OK)},
+        "allreduce": None,
         "api": {"health": {"status": 200, "seconds": 0}, "models": {"rc": 0, "stdout": "serving: ...", "delta": "0:00:00.2"},
                 "completion": {"rc": 0, "stdout": "serving: ... answered", "delta": "0:00:01.500000"}},
     }
@@ -83,21 +88,22 @@ def by(rep, host, check):
     return [r for r in rep["results"] if r["host"] == host and r["check"] == check][0]
 
 
-def test_the_healthy_pair_passes_every_check_but_the_unmeasured_all_reduce():
+def test_the_healthy_pair_passes_every_check_at_the_quick_level():
     rep = doctor.report(healthy(), CONTEXT)
-    assert not_pass(rep) == {(HEAD, "nccl-allreduce"): "WARN", (WORKER, "nccl-allreduce"): "WARN"}
+    assert not_pass(rep) == {}
     assert rep["failed"] == []
-    assert rep["counts"] == {"PASS": len(rep["results"]) - 2, "WARN": 2, "FAIL": 0}
+    assert rep["counts"] == {"PASS": len(rep["results"]), "WARN": 0, "FAIL": 0}
     # every node gets every check, the API checks only the head
     checks = doctor.checks_for(doctor.CLASSES, "quick")
     assert len(rep["results"]) == 2 * len(checks) - len(doctor.HEAD_ONLY)
-    assert "fabric-bandwidth" not in checks
+    assert "fabric-bandwidth" not in checks and "nccl-allreduce" not in checks    # measurements: the full level
+    assert by(rep, WORKER, "gpu-cuinit")["evidence"] == ("CUDA initialised through the runtime: 1 device(s), NVIDIA GB10 "
+                                                         "(torch 2.9.0+cu130, CUDA 13.0)")
     assert by(rep, HEAD, "fabric-gid-index")["evidence"].startswith("nccl.env NCCL_IB_GID_INDEX=3 = the live")
     assert by(rep, WORKER, "parity-driver")["evidence"] == "580.173.02, as on spark-head"
     assert "in 1.5 s" in by(rep, HEAD, "serving-completion")["evidence"]
     for line in rep["lines"]:
         assert line.startswith(("PASS ", "WARN ", "FAIL ", "    remedy: "))
-    assert "    remedy: " + doctor.CHECKS["nccl-allreduce"][1] in rep["lines"]
 
 
 def _mtu(p):
@@ -193,7 +199,14 @@ def _probe_failed(p):
     p[WORKER]["gids"] = {"failed": True, "msg": "no RoCE v2 GID carries 192.168.100.2"}
 
 
+def _uvm(p):
+    p[WORKER]["cuinit"] = {"rc": 1, "stdout": json.dumps({"ok": False, "stage": "cuda", "torch": "2.9.0+cu130", "error": (
+        "RuntimeError: CUDA unknown error - this may be due to an incorrectly set up environment, e.g. changing env "
+        "variable CUDA_VISIBLE_DEVICES after program start. Setting the available devices to be zero.")})}
+
+
 FAULTS = [
+    ("nvidia-uvm-missing", _uvm, WORKER, "gpu-cuinit", "FAIL", "cuda: RuntimeError: CUDA unknown error - this may be"),
     ("mtu-1500-on-one-end", _mtu, WORKER, "fabric-mtu", "FAIL", "enP2p1s0f1np1 MTU 1500, expected 9000 (peer: spark-head 9000)"),
     ("slow-negotiated-speed", _carrier, WORKER, "fabric-links", "FAIL", "Speed 100000Mb/s"),
     ("stale-gid-index", _gid, WORKER, "fabric-gid-index", "FAIL", "NCCL_IB_GID_INDEX=3"),
@@ -230,7 +243,7 @@ def test_one_fault_fails_exactly_its_check_on_exactly_its_node_with_the_remedy(f
     probes = healthy()
     inject(probes)
     rep = doctor.report(probes, CONTEXT)
-    expected = {(HEAD, "nccl-allreduce"): "WARN", (WORKER, "nccl-allreduce"): "WARN", (host, check): status}
+    expected = {(host, check): status}
     if check == "gpu-driver":  # nvidia-smi answers nothing else: the clock and persistence are not read, said so
         expected.update({(host, "gpu-clock-cap"): "WARN", (host, "gpu-persistence"): "WARN"})
         assert by(rep, host, "gpu-clock-cap")["evidence"].startswith("not read: nvidia-smi failed")
@@ -260,9 +273,10 @@ def test_an_unreachable_node_fails_every_check_and_the_subset_and_level_choose_t
     probes = healthy()
     del probes[WORKER]
     rep = doctor.report(probes, dict(CONTEXT, classes=["gpu"]))
-    assert statuses(rep) == {(HEAD, "gpu-driver"): "PASS", (HEAD, "gpu-clock-cap"): "PASS",
+    assert statuses(rep) == {(HEAD, "gpu-driver"): "PASS", (HEAD, "gpu-cuinit"): "PASS", (HEAD, "gpu-clock-cap"): "PASS",
                              (HEAD, "gpu-persistence"): "PASS", (WORKER, "gpu-driver"): "FAIL",
-                             (WORKER, "gpu-clock-cap"): "FAIL", (WORKER, "gpu-persistence"): "FAIL"}
+                             (WORKER, "gpu-cuinit"): "FAIL", (WORKER, "gpu-clock-cap"): "FAIL",
+                             (WORKER, "gpu-persistence"): "FAIL"}
     assert by(rep, WORKER, "gpu-driver")["evidence"] == "not read (the node did not answer)"
     assert doctor.checks_for(["fabric"], "full") == ["fabric-links", "fabric-mtu", "fabric-gid-index", "fabric-bandwidth"]
 
@@ -298,7 +312,7 @@ def test_the_recipe_commit_is_compared_when_the_nodes_run_one():
     probes[HEAD]["node"]["recipe_commit"] = "a" * 40
     probes[WORKER]["node"]["recipe_commit"] = "a" * 40
     rep = doctor.report(probes, CONTEXT)
-    assert not_pass(rep) == {(h, "nccl-allreduce"): "WARN" for h in (HEAD, WORKER)}
+    assert not_pass(rep) == {}
     assert by(rep, WORKER, "parity-recipe")["evidence"] == "%s, as on spark-head" % ("a" * 40)
     probes[WORKER]["node"]["recipe_commit"] = "b" * 40
     rep = doctor.report(probes, CONTEXT)
@@ -309,3 +323,119 @@ def test_the_recipe_commit_is_compared_when_the_nodes_run_one():
     assert by(rep, HEAD, "parity-recipe")["status"] == doctor.PASS
     probes[WORKER]["node"]["recipe_commit"] = ""                # the worker has no checkout, the head has one
     assert by(doctor.report(probes, CONTEXT), WORKER, "parity-recipe")["status"] == doctor.WARN
+
+
+ALLREDUCE_OK = {"ok": True, "rank": 0, "world_size": 2, "bytes": 1 << 30, "iters": 20, "time_us": 46300.0,
+                "algbw_gbs": 23.19, "busbw_gbs": 23.19, "wrong": 0, "nccl": "2.27.7", "torch": "2.9.0+cu130"}
+
+
+def allreduce(**change):
+    return {"rc": 0 if change.get("ok", True) else 1, "stdout": json.dumps(dict(ALLREDUCE_OK, **change))}
+
+
+def test_the_all_reduce_at_the_full_level_passes_above_the_floor_and_fails_below_it():
+    full = dict(CONTEXT, level="full", classes=["nccl"], nccl_floor_gbs=15)
+    probes = healthy()
+    for host in (HEAD, WORKER):
+        probes[host]["allreduce"] = allreduce(rank=0 if host == HEAD else 1)
+    rep = doctor.report(probes, full)
+    assert not_pass(rep) == {}
+    assert by(rep, WORKER, "nccl-allreduce")["evidence"] == (
+        "rank 1 of 2: 1024 MiB x 20, 46300.0 us per all-reduce, algbw 23.19 GB/s, busbw 23.19 GB/s "
+        "(NCCL 2.27.7, torch 2.9.0+cu130) (floor 15 GB/s)")
+    # the power-delivery fault: a collective's figure belongs to both ranks (a pair cannot tell which node)
+    for host in (HEAD, WORKER):
+        probes[host]["allreduce"] = allreduce(algbw_gbs=3.22, busbw_gbs=3.22, time_us=333000.0)
+    rep = doctor.report(probes, full)
+    assert not_pass(rep) == {(HEAD, "nccl-allreduce"): "FAIL", (WORKER, "nccl-allreduce"): "FAIL"}
+    found = by(rep, HEAD, "nccl-allreduce")
+    assert found["evidence"].endswith("busbw 3.22 GB/s (NCCL 2.27.7, torch 2.9.0+cu130), below the floor 15 GB/s "
+                                      "(doctor_nccl_min_busbw_gbps)"), found
+    assert found["remedy"].startswith("Reboot both nodes with the cables seated; still slow with the fabric healthy: "
+                                      "power both nodes off with AC removed")
+    probes[WORKER]["allreduce"] = allreduce(wrong=1)
+    assert "the sum read back wrong" in by(doctor.report(probes, full), WORKER, "nccl-allreduce")["evidence"]
+
+
+def test_an_all_reduce_that_failed_names_its_stage_and_error_and_one_not_run_says_why():
+    full = dict(CONTEXT, level="full", classes=["nccl"], nccl_floor_gbs=15)
+    probes = healthy()
+    probes[HEAD]["allreduce"] = {"rc": 1, "stdout": json.dumps({"ok": False, "rank": 0, "world_size": 2, "stage": "init",
+                                                                "error": "DistBackendError: NCCL error in: x"})}
+    probes[WORKER]["allreduce"] = {"rc": 1, "stdout": "", "stderr": "Failed to start transient service unit: boom"}
+    rep = doctor.report(probes, full)
+    assert by(rep, HEAD, "nccl-allreduce")["evidence"] == "rank 0 of 2, init: DistBackendError: NCCL error in: x"
+    assert by(rep, WORKER, "nccl-allreduce")["evidence"] == ("rank ? of ?, run: exit 1: Failed to start transient "
+                                                             "service unit: boom")
+    rep = doctor.report(healthy(), dict(full, nccl_reason="the serving unit is active on spark-head (active)"))
+    assert not_pass(rep) == {(HEAD, "nccl-allreduce"): "WARN", (WORKER, "nccl-allreduce"): "WARN"}
+    assert by(rep, WORKER, "nccl-allreduce")["evidence"] == "not measured: the serving unit is active on spark-head (active)"
+
+
+def test_cuinit_not_run_on_the_container_kind_warns_with_the_reason():
+    rep = doctor.report(healthy(), dict(CONTEXT, classes=["gpu"], cuinit_reason="runtime_kind container: x"))
+    assert not_pass(rep) == {(HEAD, "gpu-cuinit"): "WARN", (WORKER, "gpu-cuinit"): "WARN"}
+    probes = healthy()
+    probes[HEAD]["cuinit"] = None
+    assert by(doctor.report(probes, dict(CONTEXT, classes=["gpu"])), HEAD, "gpu-cuinit")["evidence"] == "run: not run"
+
+
+UNIT = """# roles/service ...
+[Unit]
+Description=vLLM x (worker, node rank 1 of 2, venv)
+
+[Service]
+Type=exec
+User=dgxspark-vllm
+Group=dgxspark-vllm
+WorkingDirectory=/var/lib/dgxspark/vllm
+ExecStartPre=+/usr/local/sbin/dgxspark-nccl-env
+EnvironmentFile=-/etc/dgxspark/cuda.env
+EnvironmentFile=/etc/dgxspark/vllm.env
+EnvironmentFile=-/run/dgxspark/nccl.env
+EnvironmentFile=/etc/dgxspark/vllm-secret.env
+ExecStart=/opt/dgxspark/vllm/bin/vllm "serve" "deepseek-ai/DeepSeek-V4-Flash-0731" "--nnodes" "2" "--node-rank" "1" \
+ "--master-addr" "192.168.110.1" "--master-port" "29501" "--headless"
+"""
+
+
+def test_the_units_own_user_environment_rank_and_master_run_the_entry_point():
+    unit = doctor.unit_exec(UNIT)
+    assert (unit["user"], unit["group"], unit["python"], unit["node_rank"], unit["nnodes"], unit["master_addr"],
+            unit["master_port"]) == ("dgxspark-vllm", "dgxspark-vllm", "/opt/dgxspark/vllm/bin/python", 1, 2,
+                                     "192.168.110.1", 29501)
+    argv = doctor.collective_argv(unit, "/usr/local/lib/dgxspark/dgxspark_collective.py", "allreduce",
+                                  "dgxspark-doctor-allreduce", 120, size_mb=1024, skip_files=["/etc/dgxspark/vllm-secret.env"])
+    assert argv == [
+        "systemd-run", "--unit=dgxspark-doctor-allreduce", "--collect", "--quiet", "--wait", "--pipe",
+        "-p", "RuntimeMaxSec=150", "-p", "User=dgxspark-vllm", "-p", "Group=dgxspark-vllm",
+        "-p", "WorkingDirectory=/var/lib/dgxspark/vllm", "-p", "EnvironmentFile=-/etc/dgxspark/cuda.env",
+        "-p", "EnvironmentFile=/etc/dgxspark/vllm.env", "-p", "EnvironmentFile=-/run/dgxspark/nccl.env",
+        "--", "/opt/dgxspark/vllm/bin/python", "/usr/local/lib/dgxspark/dgxspark_collective.py", "allreduce",
+        "--rank", "1", "--world-size", "2", "--master-addr", "192.168.110.1", "--master-port", "29501",
+        "--size-mb", "1024", "--warmup", "5", "--iters", "20", "--timeout", "120"]
+    assert "vllm-secret.env" not in " ".join(argv)      # the API key's file: neither CUDA nor NCCL reads it
+    assert doctor.unit_exec("[Service]\nType=oneshot\n") == {}
+    assert doctor.collective_argv({}, "/c.py", "cuinit", "u", 60) == []
+    assert doctor.collective_argv(dict(unit, master_addr=None), "/c.py", "allreduce", "u", 60) == []
+
+
+def test_the_all_reduce_runs_only_with_every_unit_stopped_and_every_rank_in_the_run():
+    def node(rank, state="inactive", env=True):
+        unit = doctor.unit_exec(UNIT.replace('"--node-rank" "1"', '"--node-rank" "%d"' % rank))
+        return {"unit": {"ActiveState": state}, "nccl_env": {"NCCL_IB_HCA": "=x"} if env else None, "unit_exec": unit}
+    hosts = [HEAD, WORKER]
+    assert doctor.nccl_reason({HEAD: node(0), WORKER: node(1)}, "full", hosts) == ""
+    assert doctor.nccl_reason({HEAD: node(0), WORKER: node(1, "failed")}, "full", hosts) == ""
+    assert doctor.nccl_reason({HEAD: node(0), WORKER: node(1)}, "quick", hosts).startswith("doctor_level quick")
+    assert doctor.nccl_reason({HEAD: node(0, "active"), WORKER: node(1, "activating")}, "full", hosts).startswith(
+        "the serving unit is active on spark-head (active), spark-worker (activating): the all-reduce needs the GPU")
+    assert doctor.nccl_reason({HEAD: node(0), WORKER: node(1, env=False)}, "full", hosts).startswith(
+        "no resolved NCCL environment on spark-worker")
+    assert doctor.nccl_reason({HEAD: node(0)}, "full", [HEAD]) == (
+        "the run has ranks [0] of --nnodes 2: every node of the serving group must be in it (no --limit)")
+    assert doctor.nccl_reason({HEAD: node(0), WORKER: {"failed": True, "msg": "x"}}, "full", hosts) == \
+        "not read on spark-worker"
+    bad = node(1)
+    bad["unit_exec"] = {}
+    assert "is not the venv kind's" in doctor.nccl_reason({HEAD: node(0), WORKER: bad}, "full", hosts)

@@ -26,7 +26,9 @@ Schema (version 1)::
       "nic": {                         # the node's ConnectX-7 as a whole (spark-sim fault HOST throttled-link)
         "throttled": false,            # stale initialisation: every transfer to or from another node through
                                        # any of its ports moves ~13 Gb/s (a same-node loopback reads healthy)
-        "throttle_persists": false     # a reboot does not clear it (needs the AC power cycle)
+        "throttle_persists": false,    # a reboot does not clear it (needs the AC power cycle)
+        "power_degraded": false        # the power-delivery fault (nccl-power-degraded): NCCL's all-reduce at ~3 GB/s,
+                                       # raw RDMA healthy; no reboot clears it (the torch stand-in's _sim.py)
       },
       "sysfs_root": "/var/lib/spark-sim/sys",   # the stand-in /sys (class/infiniband/...)
       "hcas": [                        # owned by rdma.py; rdma.default_hcas() makes it. The RDMA stand-ins
@@ -86,6 +88,8 @@ Schema (version 1)::
         "cuda_version": "13.0",
         "compute_cap": "12.1",
         "driver_loaded": true,         # false: every nvidia-smi call fails as without a driver (exit 9)
+        "uvm_loaded": true,            # false (fault nvidia-uvm-missing): nvidia-smi answers, CUDA's cuInit 999
+                                       #   (the torch stand-in, sim/vllm-standin/src/torch/_sim.py); absent = true
         "persistence_mode": true,      # Persistence-M On/Off now
         "persistence_at_boot": true,   # what nvidia-persistenced sets at each boot
         "display_active": false,       # Disp.A On/Off (a desktop session on the GPU)

@@ -129,11 +129,15 @@ def checks_for(classes, level):
             if klass in wanted and (level == "full" or name not in FULL_ONLY)]
 
 
-def verdict(host, check, status, evidence):
-    """One verdict; the remedy is the check's own for WARN and FAIL."""
-    klass, remedy = CHECKS[check]
+def verdict(host, check, status, evidence, remedy=None):
+    """One verdict; the remedy is the check's own for WARN and FAIL (or REMEDY, for a check that did not run)."""
+    klass, own = CHECKS[check]
     return {"host": host, "check": check, "class": klass, "status": status, "evidence": evidence,
-            "remedy": "" if status == PASS else remedy}
+            "remedy": "" if status == PASS else (remedy or own)}
+
+
+NOT_MEASURED = ("Stop the serving units (stop.yml), run doctor.yml with doctor_level: full so the all-reduce runs, "
+                "then start them again (site.yml).")
 
 
 def _probe_error(result):
@@ -272,7 +276,7 @@ def collective_result(result):
 def nccl_allreduce(host, probe, ctx):
     """The all-reduce every node ran at once (dgxspark_collective.py allreduce), judged on the bus bandwidth."""
     if ctx.get("nccl_reason"):
-        return verdict(host, "nccl-allreduce", WARN, "not measured: %s" % ctx["nccl_reason"])
+        return verdict(host, "nccl-allreduce", WARN, "not measured: %s" % ctx["nccl_reason"], NOT_MEASURED)
     data = collective_result(probe.get("allreduce"))
     floor = float(ctx.get("nccl_floor_gbs") or 0)
     if not data.get("ok"):

@@ -370,6 +370,7 @@ def test_an_all_reduce_that_failed_names_its_stage_and_error_and_one_not_run_say
     rep = doctor.report(healthy(), dict(full, nccl_reason="the serving unit is active on spark-head (active)"))
     assert not_pass(rep) == {(HEAD, "nccl-allreduce"): "WARN", (WORKER, "nccl-allreduce"): "WARN"}
     assert by(rep, WORKER, "nccl-allreduce")["evidence"] == "not measured: the serving unit is active on spark-head (active)"
+    assert by(rep, WORKER, "nccl-allreduce")["remedy"] == doctor.NOT_MEASURED
 
 
 def test_cuinit_not_run_on_the_container_kind_warns_with_the_reason():

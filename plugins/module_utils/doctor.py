@@ -760,7 +760,8 @@ def unit_exec(unit_text):
 
 def collective_argv(unit, script, command, unit_name, timeout, size_mb=256, warmup=5, iters=20, skip_files=()):
     """systemd-run argv that runs dgxspark_collective.py COMMAND as the serving unit's user, in its environment
-    files (less SKIP_FILES: the API key's, which neither CUDA nor NCCL reads), bounded by RuntimeMaxSec (a transient unit, collected when it ends); [] when the unit is not a venv
+    files (less SKIP_FILES: the API key's, which neither CUDA nor NCCL reads), bounded by RuntimeMaxSec (a
+    transient unit, collected when it ends); [] when the unit is not a venv
     kind's (no Python beside its ExecStart) or, for allreduce, names no rank, node count or master.
 
     >>> u = {"user": "vllm", "group": "vllm", "working_directory": "/var/lib/v", "python": "/opt/v/bin/python",

@@ -98,11 +98,11 @@ def allreduce(args):
         out.update(_error("init", exc))
         return out
     try:
-        for _ in range(args.warmup):
+        for _warmup in range(args.warmup):
             dist.all_reduce(tensor)
         torch.cuda.synchronize()
         start = time.perf_counter()
-        for _ in range(args.iters):
+        for _timed in range(args.iters):
             dist.all_reduce(tensor)
         torch.cuda.synchronize()
         elapsed = time.perf_counter() - start

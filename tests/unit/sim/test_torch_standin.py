@@ -68,7 +68,7 @@ def pair(envs, size_mb=1024, iters=3, warmup=1, timeout=30):
 # --------------------------------------------------------------------------- cuInit
 
 def test_cuinit_on_a_healthy_node(tmp_path):
-    rc, result, _ = run(node(tmp_path, 'n'), 'cuinit')
+    rc, result, _stderr = run(node(tmp_path, 'n'), 'cuinit')
     assert rc == 0 and result == {'ok': True, 'devices': 1, 'name': 'NVIDIA GB10', 'torch': '0.0.0+spark.sim',
                                   'cuda': '13.0'}, result
 
@@ -84,13 +84,13 @@ def test_cuinit_on_a_healthy_node(tmp_path):
     ({'driver_loaded': False}, DRIVER, 'RuntimeError: No CUDA GPUs are available'),
 ])
 def test_cuinit_fails_as_torch_words_it(tmp_path, gpu, userspace, error):
-    rc, result, _ = run(node(tmp_path, 'n', gpu=gpu, userspace=userspace), 'cuinit')
+    rc, result, _stderr = run(node(tmp_path, 'n', gpu=gpu, userspace=userspace), 'cuinit')
     assert rc == 1 and result['ok'] is False and result['stage'] == 'cuda', result
     assert result['error'] == error
 
 
 def test_no_userspace_record_is_no_mismatch(tmp_path):
-    rc, result, _ = run(node(tmp_path, 'n', userspace=None), 'cuinit')
+    rc, result, _stderr = run(node(tmp_path, 'n', userspace=None), 'cuinit')
     assert rc == 0 and result['ok'], result
 
 
@@ -140,7 +140,7 @@ def test_a_wrong_roce_setup_fails_nccl_init_on_that_rank_and_its_peer(tmp_path):
     worker = node(tmp_path, 'worker')
     worker.update({'SPARK_SIM_SYSFS': str(spark_tree(tmp_path, 'tree', [WORKER_IP])), 'NCCL_IB_HCA': '=rocep1s0f1',
                    'NCCL_IB_GID_INDEX': '2', 'VLLM_HOST_IP': WORKER_IP})
-    (rc0, r0, _), (rc1, r1, err1) = pair([head, worker], size_mb=1, iters=1)
+    (rc0, r0, _stderr0), (rc1, r1, err1) = pair([head, worker], size_mb=1, iters=1)
     assert rc1 == 1 and r1['stage'] == 'init', r1
     assert r1['error'].startswith('DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:93, '
                                   'unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.27.7 | '
@@ -152,15 +152,17 @@ def test_a_wrong_roce_setup_fails_nccl_init_on_that_rank_and_its_peer(tmp_path):
 
 
 def test_a_rank_alone_times_out_at_the_rendezvous(tmp_path):
-    rc, result, _ = run(node(tmp_path, 'w'), 'allreduce', '--rank', '1', '--world-size', '2', '--master-addr',
-                        '127.0.0.1', '--master-port', str(free_port()), '--timeout', '2')
+    args = ('allreduce', '--rank', '1', '--world-size', '2', '--master-addr', '127.0.0.1', '--master-port',
+            str(free_port()), '--timeout', '2')
+    rc, result, _stderr = run(node(tmp_path, 'w'), *args)
     assert rc == 1 and result['stage'] == 'init', result
     assert result['error'].startswith('DistNetworkError: The client socket has timed out after 2000ms'), result
 
 
 def test_cuda_failing_stops_the_allreduce_before_the_rendezvous(tmp_path):
-    rc, result, _ = run(node(tmp_path, 'w', gpu={'uvm_loaded': False}), 'allreduce', '--rank', '0', '--world-size',
-                        '2', '--master-addr', '127.0.0.1', '--master-port', str(free_port()), '--timeout', '2')
+    args = ('allreduce', '--rank', '0', '--world-size', '2', '--master-addr', '127.0.0.1', '--master-port',
+            str(free_port()), '--timeout', '2')
+    rc, result, _stderr = run(node(tmp_path, 'w', gpu={'uvm_loaded': False}), *args)
     assert rc == 1 and result['stage'] == 'cuda' and 'CUDA unknown error' in result['error'], result
 
 

@@ -9,8 +9,9 @@ CUDA (cudaGetDeviceCount, hence cuInit in the driver's libcuda), as ``cuda_error
   torch counts 0 and ``torch.cuda.init()`` raises "No CUDA GPUs are available" (the worst case: a real node may
   report another code; every one of them fails the check);
 - the loaded module differs from the userspace (``gpu.driver_version`` vs the file, what nvidia-smi calls
-  "Driver/library version mismatch"; no file: no userspace recorded, no mismatch, as the nvidia-smi stand-in reads it): cudaErrorSystemDriverMismatch (803), "system has unsupported display driver
-  / cuda driver combination" (cuda.h CUDA_ERROR_SYSTEM_DRIVER_MISMATCH; the text as libcuda reports it in logs);
+  "Driver/library version mismatch"; no file: no userspace recorded, no mismatch, as the nvidia-smi stand-in
+  reads it): cudaErrorSystemDriverMismatch (803), "system has unsupported display driver / cuda driver
+  combination" (cuda.h CUDA_ERROR_SYSTEM_DRIVER_MISMATCH; the text as libcuda reports it in logs);
 - nvidia-uvm not loaded (``gpu.uvm_loaded`` false, the ``nvidia-uvm-missing`` fault): cudaErrorUnknown (999):
   nvidia-smi answers, CUDA does not (public reports: gorgonia/cu#2 "cu.init return Unknown" with nvidia-smi
   working, fixed by ``modprobe nvidia_uvm``; ggml-org/llama.cpp#7218; Bumblebee-Project/Bumblebee#623).

@@ -298,7 +298,13 @@ def gpu_cuinit(host, probe, ctx):
     """CUDA initialised through the runtime's torch (dgxspark_collective.py cuinit) as the unit's user."""
     if ctx.get("cuinit_reason"):
         return verdict(host, "gpu-cuinit", WARN, "not run: %s" % ctx["cuinit_reason"])
-    data = collective_result(probe.get("cuinit"))
+    ran = probe.get("cuinit")
+    node = probe.get("node") or {}
+    if (not isinstance(ran, Mapping) or ran.get("skipped")) and isinstance(node, Mapping) and not node.get("unit_exec"):
+        return verdict(host, "gpu-cuinit", FAIL, "not run: no serving unit to run the runtime's Python as (%s"
+                       % ("doctor_facts failed: %s)" % _probe_error(node) if _probe_error(node)
+                          else "its unit file names no ExecStart; site.yml installs the runtime and the unit)"))
+    data = collective_result(ran)
     if not data.get("ok"):
         return verdict(host, "gpu-cuinit", FAIL, "%s: %s" % (data.get("stage", "run"), data.get("error")))
     return verdict(host, "gpu-cuinit", PASS, "CUDA initialised through the runtime: %s device(s), %s (torch %s, CUDA %s)"
@@ -706,6 +712,27 @@ def normalise_argv(argv, rank_options=("--node-rank", "--headless", "--data-para
     return out
 
 
+def _joined(unit_text):
+    """A unit file's text with its continuation lines (a trailing backslash) joined."""
+    return re.sub(r"\\\n", " ", unit_text or "")
+
+
+def exec_start_words(unit_text):
+    """The ExecStart= words of a unit file, continuation lines joined, its prefixes (-+@!:) dropped.
+
+    >>> exec_start_words('[Service]\\nExecStart=/v/bin/vllm "serve" \\\\\\n "m" --port 1\\n')
+    ['/v/bin/vllm', 'serve', 'm', '--port', '1']
+    """
+    words = []  # type: List[str]
+    for line in _joined(unit_text).splitlines():
+        if line.startswith("ExecStart="):
+            try:
+                words.extend(shlex.split(line[len("ExecStart="):].lstrip("-+@!:")))
+            except ValueError:
+                words.extend(line.split())
+    return words
+
+
 def unit_exec(unit_text):
     """What the serving unit runs and how, from its unit file: ``{"user", "group", "working_directory",
     "environment_files": [[path, optional]], "argv": [...], "python", "node_rank", "nnodes", "master_addr",
@@ -718,9 +745,9 @@ def unit_exec(unit_text):
     >>> u["environment_files"], u["python"], u["node_rank"], u["master_port"]
     ([['/etc/a.env', True], ['/run/n.env', False]], '/opt/v/bin/python', 1, 29501)
     """
-    joined = re.sub(r"\\\n", " ", unit_text or "")
-    out = {"user": "", "group": "", "working_directory": "", "environment_files": [], "argv": []}  # type: Dict[str, Any]
-    for line in joined.splitlines():
+    out = {"user": "", "group": "", "working_directory": "", "environment_files": [],
+           "argv": exec_start_words(unit_text)}  # type: Dict[str, Any]
+    for line in _joined(unit_text).splitlines():
         key, sep, value = line.strip().partition("=")
         if not sep:
             continue
@@ -733,11 +760,6 @@ def unit_exec(unit_text):
             out["working_directory"] = value
         elif key == "EnvironmentFile":
             out["environment_files"].append([value.lstrip("-"), value.startswith("-")])
-        elif key == "ExecStart":
-            try:
-                out["argv"] = shlex.split(value.lstrip("-+@!:"))
-            except ValueError:
-                out["argv"] = value.split()
     if not out["argv"]:
         return {}
     argv = out["argv"]

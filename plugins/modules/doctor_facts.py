@@ -219,10 +219,15 @@ import hashlib
 import json
 import os
 import re
-import shlex
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dgxspark.cluster.plugins.module_utils.doctor import normalise_argv, parse_env, parse_query_gpu, unit_exec
+from ansible_collections.dgxspark.cluster.plugins.module_utils.doctor import (
+    exec_start_words,
+    normalise_argv,
+    parse_env,
+    parse_query_gpu,
+    unit_exec,
+)
 from ansible_collections.dgxspark.cluster.plugins.module_utils.nvidia_stack import (
     apt_simulation,
     driver_state,
@@ -260,19 +265,6 @@ def _show(module, unit):
 
 def _digest(text):
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-
-def _exec_start(text):
-    """The ExecStart= words of a unit file, continuation lines joined."""
-    joined = re.sub(r"\\\n", " ", text or "")
-    words = []
-    for line in joined.splitlines():
-        if line.startswith("ExecStart="):
-            try:
-                words.extend(shlex.split(line[len("ExecStart="):].lstrip("-+@!:")))
-            except ValueError:
-                words.extend(line.split())
-    return words
 
 
 def _dist_version(venv, name):
@@ -352,7 +344,7 @@ def main():
     kept = sorted((k, v) for k, v in (env or {}).items() if k not in p["env_rank_keys"])
     result["vllm_env_digest"] = _digest(json.dumps(kept)) if env is not None else ""
     unit_text = _read(p["unit_file"])
-    argv = normalise_argv(_exec_start(unit_text))
+    argv = normalise_argv(exec_start_words(unit_text))
     result["unit_argv_digest"] = _digest(json.dumps(argv)) if argv else ""
     result["unit_exec"] = unit_exec(unit_text) if p["runtime_kind"] == "venv" else {}
 

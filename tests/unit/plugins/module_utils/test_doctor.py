@@ -378,7 +378,15 @@ def test_cuinit_not_run_on_the_container_kind_warns_with_the_reason():
     assert not_pass(rep) == {(HEAD, "gpu-cuinit"): "WARN", (WORKER, "gpu-cuinit"): "WARN"}
     probes = healthy()
     probes[HEAD]["cuinit"] = None
+    probes[HEAD]["node"]["unit_exec"] = {"python": "/v/bin/python"}
     assert by(doctor.report(probes, dict(CONTEXT, classes=["gpu"])), HEAD, "gpu-cuinit")["evidence"] == "run: not run"
+    # no unit to run as (the runtime not installed yet): said so, not ansible's skip reason
+    probes[HEAD]["cuinit"] = {"skipped": True, "skip_reason": "Conditional result was False"}
+    probes[HEAD]["node"]["unit_exec"] = {}
+    found = by(doctor.report(probes, dict(CONTEXT, classes=["gpu"])), HEAD, "gpu-cuinit")
+    assert found["status"] == "FAIL" and found["evidence"] == (
+        "not run: no serving unit to run the runtime's Python as (its unit file names no ExecStart; site.yml installs "
+        "the runtime and the unit)"), found
 
 
 UNIT = """# roles/service ...

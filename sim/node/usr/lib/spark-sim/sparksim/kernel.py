@@ -12,7 +12,8 @@ command line turns it off (kernel/liveupdate/kexec_handover.c: ``early_param("kh
 ``kstrtobool``, the last ``kho=`` wins). The fault ``kernel-7-kho`` (sim/spark-sim) makes the node run
 that kernel (state ``kernel.running_override``); the boot loader's command line comes from
 /etc/default/grub at every boot (``boot_cmdline``), so ``kho=off`` there takes effect at the next reboot,
-as on a real node after update-grub.
+as on a real node after update-grub. The fault ``kernel-update-kho`` (state ``kernel.kho_releases``) gives
+a kernel of the flavour's own update (6.17.0-1026-nvidia) the same build options: booted, it fails the same way.
 """
 
 from __future__ import annotations
@@ -92,7 +93,8 @@ def write_running(state: dict[str, Any], root: str | None = None) -> None:
                 mine = False
             if mine:
                 os.unlink(path)
-    if (state.get("kernel") or {}).get("running_override"):
+    kernel = state.get("kernel") or {}
+    if kernel.get("running_override") or release in (kernel.get("kho_releases") or []):
         os.makedirs(boot, exist_ok=True)
         with open(os.path.join(boot, "config-" + release), "w", encoding="utf-8") as handle:
             handle.write(KHO_CONFIG)

@@ -27,7 +27,6 @@ __metaclass__ = type
 import re
 
 from ansible_collections.dgxspark.cluster.plugins.module_utils.nvidia_stack import (
-    MODULES_RE,
     compare_versions,
     driver_state,
     driver_target,
@@ -200,14 +199,3 @@ def restore_sources(packages, madison_text, cached_files):
         else:
             missing.append("%s=%s" % (name, version))
     return {"install": install, "missing": missing}
-
-
-def kernel_releases_of(names):
-    """The kernel releases whose image packages are among ``names`` (linux-image-<release>)."""
-    return sorted(n[len("linux-image-"):] for n in names
-                  if n.startswith("linux-image-") and re.match(r"^\d+\.\d+\.\d+-\d+-", n[len("linux-image-"):]))
-
-
-def is_module_package(name):
-    """True for a precompiled NVIDIA module package (linux-modules-nvidia-<branch>-open-...)."""
-    return bool(MODULES_RE.match(name or ""))

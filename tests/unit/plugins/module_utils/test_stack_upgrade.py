@@ -11,8 +11,8 @@ from ansible_collections.dgxspark.cluster.plugins.module_utils import stack_upgr
 
 USERSPACE = ["libnvidia-common-580", "libnvidia-compute-580", "nvidia-driver-580-open", "nvidia-kernel-common-580",
              "nvidia-utils-580"]
-DRIVERS = ["580.159.03", "580.173.02", "580.178.04"]
-KERNELS = [("6.17.0-1014-nvidia", "6.17.0-1014.14"), ("6.17.0-1026-nvidia", "6.17.0-1026.26")]
+DRIVERS = ("580.159.03", "580.173.02", "580.178.04")
+KERNELS = (("6.17.0-1014-nvidia", "6.17.0-1014.14"), ("6.17.0-1026-nvidia", "6.17.0-1026.26"))
 FLAVOUR = "nvidia-hwe-24.04"
 
 
@@ -80,10 +80,10 @@ def test_nothing_newer_moves_nothing():
 
 def test_an_archive_that_moved_on_offers_the_new_kernel_only_with_the_new_driver():
     """The advanced archive: 6.17.0-1035 with builds only for 580.178.04, the older releases gone."""
-    kernels = KERNELS + [("6.17.0-1035-nvidia", "6.17.0-1035.35")]
-    plan = su.upgrade_target(dpkg(), show(["580.178.04"], kernels), KERNELS[0][0], "580")
+    kernels = KERNELS + (("6.17.0-1035-nvidia", "6.17.0-1035.35"),)
+    plan = su.upgrade_target(dpkg(), show(("580.178.04",), kernels), KERNELS[0][0], "580")
     assert plan["summary"] == "kernel 6.17.0-1014-nvidia -> 6.17.0-1035-nvidia, NVIDIA driver 580.173.02 -> 580.178.04"
-    exact = su.upgrade_target(dpkg(), show(["580.178.04"], kernels), KERNELS[0][0], "580.173.02")
+    exact = su.upgrade_target(dpkg(), show(("580.178.04",), kernels), KERNELS[0][0], "580.173.02")
     assert not exact["moves"]
     assert exact["problem"] == ("the repositories offer no NVIDIA driver 580.173.02 with a module build for kernel "
                                 "6.17.0-1035-nvidia (linux-modules-nvidia-580-open-6.17.0-1035-nvidia)")

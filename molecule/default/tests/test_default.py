@@ -128,6 +128,22 @@ def test_nvidia_smi_reports_the_gb10(host):
     assert re.fullmatch(r"580\.\d+\.\d+", driver)
 
 
+def test_the_archive_moved_on_and_the_stack_held_through_unattended_upgrades_and_the_reboot(host):
+    """Issue 25 on the stock profile: side_effect.yml pointed the node at the advanced archive (kernel 6.17.0-1035 with
+    builds only for 580.178.04) and ran unattended-upgrades before the reboot; the node booted the same kernel with the
+    same driver loaded (the head serves: test_head_serves_...; site.yml changes only the drift: the newest controller's
+    run)."""
+    sources = host.check_output("grep -h '^URIs:' /etc/apt/sources.list.d/nvidia-sim.sources")
+    assert sources.rstrip().endswith("/advanced/"), sources
+    assert host.check_output("cat /var/lib/spark-sim/proc/sys/kernel/osrelease").strip() == "6.17.0-1014-nvidia"
+    version = host.check_output("cat /var/lib/spark-sim/proc/driver/nvidia/version")
+    assert re.search(r"Kernel Module for aarch64\s+580\.173\.02\s", version), version
+    assert host.package("linux-image-6.17.0-1035-nvidia").is_installed is False
+    assert host.package("nvidia-utils-580").version == "580.173.02-1ubuntu1"
+    log = host.check_output("cat /var/log/unattended-upgrades/unattended-upgrades.log")
+    assert "Allowed origins are:" in log and "origin=spark-sim NVIDIA" in log, log[-2000:]
+
+
 def test_controller_ssh_lands_as_the_unprivileged_user(host):
     assert host.file("/home/spark/.ssh/authorized_keys").mode == 0o600
     assert host.file("/home/spark/.ssh/authorized_keys").user == "spark"

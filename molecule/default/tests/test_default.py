@@ -133,8 +133,8 @@ def test_the_archive_moved_on_and_the_stack_held_through_unattended_upgrades_and
     builds only for 580.178.04) and ran unattended-upgrades before the reboot; the node booted the same kernel with the
     same driver loaded (the head serves: test_head_serves_...; site.yml changes only the drift: the newest controller's
     run)."""
-    sources = host.check_output("grep -h '^URIs:' /etc/apt/sources.list.d/nvidia-sim.sources")
-    assert sources.rstrip().endswith("/advanced/"), sources
+    sources = host.check_output("grep -rh '^URIs: file:/var/lib/spark-sim/apt' /etc/apt/sources.list.d/")
+    assert sources and all(line.rstrip().endswith("/advanced/") for line in sources.splitlines()), sources
     assert host.check_output("cat /var/lib/spark-sim/proc/sys/kernel/osrelease").strip() == "6.17.0-1014-nvidia"
     version = host.check_output("cat /var/lib/spark-sim/proc/driver/nvidia/version")
     assert re.search(r"Kernel Module for aarch64\s+580\.173\.02\s", version), version

@@ -139,11 +139,19 @@ def installed_versions(dpkg_text):
     return found
 
 
+# NVIDIA's branch pinning package: the driver role installs it where the repositories offer it and never removes it
+# (nvidia_stack.own_version), so its pass after a move or a rollback may add it; it is no part of the moved set.
+_PINNING_RE = re.compile(r"^nvidia-driver-pinning-")
+
+
 def set_changes(before_dpkg, after_dpkg):
-    """What a move changed: ``{"restore": {package: version before}, "remove": [packages new since]}``."""
+    """What a move changed: ``{"restore": {package: version before}, "remove": [packages new since]}``.
+
+    NVIDIA's pinning package (nvidia-driver-pinning-*) is left out: the driver role's own, not the move's.
+    """
     before, after = installed_versions(before_dpkg), installed_versions(after_dpkg)
-    return {"restore": dict((n, v) for n, v in before.items() if after.get(n) != v),
-            "remove": sorted(n for n in after if n not in before)}
+    return {"restore": dict((n, v) for n, v in before.items() if after.get(n) != v and not _PINNING_RE.match(n)),
+            "remove": sorted(n for n in after if n not in before and not _PINNING_RE.match(n))}
 
 
 def simulated_changes(simulation_text, before_dpkg):

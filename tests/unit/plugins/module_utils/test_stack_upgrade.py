@@ -125,6 +125,9 @@ def test_set_changes_restore_what_moved_and_remove_what_came():
     assert changes["remove"] == ["linux-headers-6.17.0-1026-nvidia", "linux-image-6.17.0-1026-nvidia",
                                  "linux-modules-6.17.0-1026-nvidia", "linux-modules-nvidia-580-open-6.17.0-1026-nvidia"]
     assert su.set_changes(dpkg(), dpkg(status="ii ")) == {"restore": {}, "remove": []}     # a hold is no version
+    # the driver role's pass installs NVIDIA's pinning package where it is offered: the driver role's, not the move's
+    pinned = dpkg() + "nvidia-driver-pinning-580\tii \t580-1\n"
+    assert su.set_changes(dpkg(), pinned) == {"restore": {}, "remove": []}
 
 
 MADISON = """nvidia-utils-580 | 580.178.04-1ubuntu1 | https://repo.download.nvidia.com/baseos/ubuntu/noble/arm64 noble/common arm64 Packages

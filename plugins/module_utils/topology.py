@@ -1,0 +1,202 @@
+# -*- coding: utf-8 -*-
+# Copyright: dgxspark.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The cluster's topology, derived once from the inventory (issue 28).
+
+Every role reads what :func:`cluster_topology` returns (the preflight play sets it as the fact
+``dgxspark_topology``; the filter ``dgxspark.cluster.cluster_topology`` computes it where a role runs on its own)
+instead of reading ``dgxspark_fabric_rails`` and the groups again.
+
+Nodes and ranks: the head is the one host of the head group (rank 0); the workers are ranks 1..N-1 in the order of
+the worker group. Each node lists its rails in ``dgxspark_fabric_rails`` ([{netdev, ipv4}], rail 0 first).
+
+Two shapes (``dgxspark_fabric_shape``):
+
+- ``direct``: point-to-point cables, one subnet (``dgxspark_fabric_prefix``) per cable, as a back-to-back pair is
+  cabled and as the DSpark recipe's 3-node launcher cables a triangle (MiaAI-Lab/DSpark PR #196: each Spark's two
+  QSFP cages go to the two other Sparks, one /24 per cable). A subnet holds exactly two rails of two nodes (a cable);
+  every two nodes share a cable, since NCCL has no route through a third Spark: with two cages per Spark that is 2 or
+  3 nodes.
+- ``switch``: every node on one network per rail (2 to 8 nodes behind a switch): rail i of every node is on the
+  same subnet, and every two nodes reach each other over every rail.
+
+The rendezvous (``--master-addr``) of a node is the head's address on the first link between the head and that
+node (rail 0 of the head on a switch, and for the head itself): in the direct shape the head has no one address
+that every worker reaches. ``from_head`` is the node's own address on that link: where the head sends to it (the
+checkpoint sync, the head's fabric ssh check).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import ipaddress
+
+try:
+    from collections.abc import Mapping
+except ImportError:  # pragma: no cover - Python 2 is not supported by the collection
+    Mapping = dict  # type: ignore
+
+RAILS_VAR = "dgxspark_fabric_rails"
+SHAPES = ("direct", "switch")
+MAX_NODES = 8
+
+
+class TopologyError(ValueError):
+    """The inventory describes no cluster the collection can serve on; the message names the host and the rail."""
+
+
+def _text(value):
+    try:
+        return u"%s" % (value,)
+    except Exception:  # pragma: no cover - defensive
+        return repr(value)
+
+
+def _rails(host, hvars, prefix, problems):
+    """[{index, netdev, ipv4, network}] of one host, or None with the problems recorded."""
+    rails = hvars.get(RAILS_VAR) if isinstance(hvars, Mapping) else None
+    if not isinstance(rails, (list, tuple)) or not rails:
+        problems.append("%s: %s is %s, expected a list of {netdev, ipv4} (the fabric addresses)"
+                        % (host, RAILS_VAR, "not set" if rails is None else repr(rails)))
+        return None
+    out = []
+    for idx, rail in enumerate(rails):
+        if not isinstance(rail, Mapping):
+            problems.append("%s: %s[%d] is %r, expected a dict with netdev and ipv4" % (host, RAILS_VAR, idx, rail))
+            return None
+        try:
+            addr = ipaddress.IPv4Address(_text(rail.get("ipv4")))
+        except (ipaddress.AddressValueError, ValueError):
+            problems.append("%s: %s[%d].ipv4 is %r, expected an IPv4 address" % (host, RAILS_VAR, idx, rail.get("ipv4")))
+            return None
+        net = ipaddress.IPv4Network(u"%s/%d" % (addr, prefix), strict=False)
+        out.append({"index": idx, "netdev": _text(rail.get("netdev")), "ipv4": _text(addr), "network": _text(net)})
+    return out
+
+
+def _link(a, ra, b, rb):
+    return {"a": a, "a_rail": ra["index"], "a_netdev": ra["netdev"], "a_ipv4": ra["ipv4"],
+            "b": b, "b_rail": rb["index"], "b_netdev": rb["netdev"], "b_ipv4": rb["ipv4"], "network": ra["network"]}
+
+
+def _direct_links(hosts, rails, problems):
+    by_net = {}
+    for host in hosts:
+        for rail in rails[host]:
+            by_net.setdefault(rail["network"], []).append((host, rail))
+    links = []
+    for net in sorted(by_net, key=lambda n: ipaddress.IPv4Network(n)):
+        ends = by_net[net]
+        names = ", ".join("%s rail %d (%s)" % (h, r["index"], r["netdev"]) for h, r in ends)
+        if len(ends) > 2:
+            problems.append("%s: subnet %s is shared by %d rails (%s), expected one cable (two rails) per subnet in the "
+                            "direct shape (dgxspark_fabric_shape: switch for nodes behind a switch)"
+                            % (ends[2][0], net, len(ends), names))
+        elif len(ends) == 1:
+            problems.append("%s: rail %d (%s, %s) is on subnet %s, which no other node is on: expected the other end of "
+                            "its cable on the same subnet" % (ends[0][0], ends[0][1]["index"], ends[0][1]["netdev"],
+                                                              ends[0][1]["ipv4"], net))
+        elif ends[0][0] == ends[1][0]:
+            problems.append("%s: rails %d and %d are both on subnet %s, expected the two ends of a cable on two nodes"
+                            % (ends[0][0], ends[0][1]["index"], ends[1][1]["index"], net))
+        else:
+            (a, ra), (b, rb) = sorted(ends, key=lambda e: hosts.index(e[0]))
+            links.append(_link(a, ra, b, rb))
+    return links
+
+
+def _switch_links(hosts, rails, problems):
+    counts = set(len(rails[h]) for h in hosts)
+    if len(counts) > 1:
+        first = hosts[0]
+        for host in hosts[1:]:
+            if len(rails[host]) != len(rails[first]):
+                problems.append("%s: has %d rails, %s has %d: expected the same rails on every node behind a switch"
+                                % (host, len(rails[host]), first, len(rails[first])))
+        return []
+    links = []
+    for idx in range(len(rails[hosts[0]])):
+        net = rails[hosts[0]][idx]["network"]
+        for host in hosts[1:]:
+            if rails[host][idx]["network"] != net:
+                problems.append("%s: rail %d (%s) is outside %s (rail %d of %s), expected one network per rail behind "
+                                "a switch" % (host, idx, rails[host][idx]["ipv4"], net, idx, hosts[0]))
+        for i, a in enumerate(hosts):
+            for b in hosts[i + 1:]:
+                links.append(_link(a, rails[a][idx], b, rails[b][idx]))
+    return links
+
+
+def topology_problems(groups, hostvars, head_group="spark_head", worker_group="spark_workers", shape="direct",
+                      fabric_prefix=24):
+    """(problems, topology): every problem with the cluster's shape as a message, and the topology when there is none."""
+    problems = []
+    groups = groups if isinstance(groups, Mapping) else {}
+    heads = list(groups.get(head_group) or [])
+    workers = [h for h in (groups.get(worker_group) or []) if h not in heads]
+    if len(heads) != 1:
+        problems.append("inventory: group %s has %d hosts (%s), expected exactly one head"
+                        % (head_group, len(heads), ", ".join(heads) or "none"))
+    if not workers:
+        problems.append("inventory: group %s has no hosts, expected at least one worker" % worker_group)
+    if shape not in SHAPES:
+        problems.append("inventory: dgxspark_fabric_shape is %r, expected one of %s" % (shape, ", ".join(SHAPES)))
+    if not isinstance(fabric_prefix, int) or isinstance(fabric_prefix, bool) or not 8 <= fabric_prefix <= 30:
+        problems.append("inventory: dgxspark_fabric_prefix is %r, expected an integer between 8 and 30" % (fabric_prefix,))
+    if problems:
+        return problems, None
+    hosts = heads + workers
+    if len(hosts) > MAX_NODES:
+        problems.append("inventory: %d nodes (%s), expected 2 to %d" % (len(hosts), ", ".join(hosts), MAX_NODES))
+    rails = {}
+    for host in hosts:
+        rails[host] = _rails(host, hostvars[host] if host in hostvars else {}, fabric_prefix, problems)
+    if problems:
+        return problems, None
+    links = (_direct_links if shape == "direct" else _switch_links)(hosts, rails, problems)
+    peers = dict((h, {}) for h in hosts)
+    for link in links:
+        peers[link["a"]].setdefault(link["b"], []).append(
+            {"rail": link["a_rail"], "netdev": link["a_netdev"], "local": link["a_ipv4"], "remote": link["b_ipv4"],
+             "peer_rail": link["b_rail"], "network": link["network"]})
+        peers[link["b"]].setdefault(link["a"], []).append(
+            {"rail": link["b_rail"], "netdev": link["b_netdev"], "local": link["b_ipv4"], "remote": link["a_ipv4"],
+             "peer_rail": link["a_rail"], "network": link["network"]})
+    for i, a in enumerate(hosts):
+        for b in hosts[i + 1:]:
+            if b not in peers[a]:
+                via = "the head" if a == hosts[0] else a
+                problems.append("%s: reaches %s over no rail (its rails: %s), expected a %s between every two nodes"
+                                % (b, via, ", ".join("%d %s %s" % (r["index"], r["netdev"], r["ipv4"]) for r in rails[b]),
+                                   "cable" if shape == "direct" else "network"))
+    if problems:
+        return problems, None
+    head = hosts[0]
+    nodes = {}
+    for rank, host in enumerate(hosts):
+        master = rails[head][0]["ipv4"] if host == head else peers[host][head][0]["remote"]
+        if shape == "switch":
+            master = rails[head][0]["ipv4"]
+        nodes[host] = {"rank": rank, "role": "head" if rank == 0 else "worker", "address": rails[host][0]["ipv4"],
+                       "netdev": rails[host][0]["netdev"], "rails": rails[host], "master_addr": master,
+                       "from_head": rails[head][0]["ipv4"] if host == head else peers[host][head][0]["local"],
+                       "peers": peers[host]}
+    return [], {"shape": shape, "head": head, "hosts": hosts, "workers": hosts[1:], "nnodes": len(hosts),
+                "prefix": fabric_prefix, "links": links, "nodes": nodes}
+
+
+def cluster_topology(groups, hostvars, head_group="spark_head", worker_group="spark_workers", shape="direct",
+                     fabric_prefix=24):
+    """The topology (see the module's doc); raises TopologyError naming the host and the rail on a bad shape.
+
+    >>> t = cluster_topology({'spark_head': ['h'], 'spark_workers': ['w']},
+    ...                      {'h': {'dgxspark_fabric_rails': [{'netdev': 'a', 'ipv4': '192.168.100.1'}]},
+    ...                       'w': {'dgxspark_fabric_rails': [{'netdev': 'a', 'ipv4': '192.168.100.2'}]}})
+    >>> t['nodes']['w']['rank'], t['nodes']['w']['master_addr'], t['nodes']['w']['from_head']
+    (1, '192.168.100.1', '192.168.100.2')
+    """
+    problems, topo = topology_problems(groups, hostvars, head_group, worker_group, shape, fabric_prefix)
+    if problems:
+        raise TopologyError(" | ".join(problems))
+    return topo

@@ -1,0 +1,131 @@
+# -*- coding: utf-8 -*-
+"""Unit tests for plugins/module_utils/topology.py: the cluster's topology, derived once (issue 28)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.dgxspark.cluster.plugins.module_utils import topology as topo
+
+RAIL0, RAIL1 = "enp1s0f1np1", "enP2p1s0f1np1"
+
+
+def rails(*addrs):
+    return {"dgxspark_fabric_rails": [{"netdev": (RAIL0, RAIL1)[i], "ipv4": a} for i, a in enumerate(addrs)]}
+
+
+def groups(n):
+    return {"spark_head": ["n0"], "spark_workers": ["n%d" % i for i in range(1, n)]}
+
+
+def pair():
+    """The sim's pair: two cables, one subnet each."""
+    return groups(2), {"n0": rails("192.168.100.1", "192.168.105.1"), "n1": rails("192.168.100.2", "192.168.105.2")}
+
+
+def triangle():
+    """The DSpark recipe's 3-node cabling: every Spark's two cages go to the two others, one /24 per cable."""
+    return groups(3), {"n0": rails("192.168.100.1", "192.168.102.1"),
+                       "n1": rails("192.168.100.2", "192.168.101.1"),
+                       "n2": rails("192.168.102.2", "192.168.101.2")}
+
+
+def switch(n):
+    return groups(n), dict(("n%d" % i, rails("192.168.100.%d" % (i + 1), "192.168.105.%d" % (i + 1))) for i in range(n))
+
+
+def test_a_pair_is_two_links_and_every_node_knows_its_rank_master_and_peer():
+    t = topo.cluster_topology(*pair())
+    assert t["shape"] == "direct" and t["hosts"] == ["n0", "n1"] and t["nnodes"] == 2 and t["workers"] == ["n1"]
+    assert [(lk["a"], lk["a_rail"], lk["b"], lk["b_rail"], lk["network"]) for lk in t["links"]] == [
+        ("n0", 0, "n1", 0, "192.168.100.0/24"), ("n0", 1, "n1", 1, "192.168.105.0/24")]
+    worker = t["nodes"]["n1"]
+    assert (worker["rank"], worker["role"], worker["master_addr"], worker["from_head"], worker["address"]) == (
+        1, "worker", "192.168.100.1", "192.168.100.2", "192.168.100.2")
+    assert [p["remote"] for p in worker["peers"]["n0"]] == ["192.168.100.1", "192.168.105.1"]
+    assert t["nodes"]["n0"]["master_addr"] == "192.168.100.1" and t["nodes"]["n0"]["role"] == "head"
+
+
+def test_the_same_pair_behind_a_switch_derives_the_same_links():
+    direct = topo.cluster_topology(*pair())
+    behind = topo.cluster_topology(*pair(), shape="switch")
+    assert behind["links"] == direct["links"]
+    assert behind["nodes"]["n1"]["master_addr"] == direct["nodes"]["n1"]["master_addr"]
+
+
+def test_a_triangle_reaches_the_head_over_a_different_cable_from_each_worker():
+    t = topo.cluster_topology(*triangle())
+    assert len(t["links"]) == 3
+    assert t["nodes"]["n1"]["master_addr"] == "192.168.100.1" and t["nodes"]["n1"]["from_head"] == "192.168.100.2"
+    assert t["nodes"]["n2"]["master_addr"] == "192.168.102.1" and t["nodes"]["n2"]["from_head"] == "192.168.102.2"
+    # the workers' own cable, rail 1 of n1 to rail 1 of n2
+    assert t["nodes"]["n1"]["peers"]["n2"] == [{"rail": 1, "netdev": RAIL1, "local": "192.168.101.1", "remote": "192.168.101.2",
+                                                 "peer_rail": 1, "network": "192.168.101.0/24"}]
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 8])
+def test_a_switch_of_n_nodes_links_every_two_nodes_over_every_rail(n):
+    t = topo.cluster_topology(*switch(n), shape="switch")
+    assert t["hosts"] == ["n%d" % i for i in range(n)]
+    assert len(t["links"]) == 2 * n * (n - 1) // 2
+    assert set(t["nodes"]["n%d" % (n - 1)]["peers"]) == set("n%d" % i for i in range(n - 1))
+    assert all(node["master_addr"] == "192.168.100.1" for node in t["nodes"].values())
+    assert [t["nodes"][h]["rank"] for h in t["hosts"]] == list(range(n))
+
+
+def test_a_switch_cluster_in_the_direct_shape_names_the_shared_subnet_and_the_variable():
+    problems, t = topo.topology_problems(*switch(4))
+    assert t is None
+    assert any("subnet 192.168.100.0/24 is shared by 4 rails" in p and "dgxspark_fabric_shape: switch" in p for p in problems), problems
+
+
+def test_a_four_node_ring_without_a_switch_names_the_node_that_reaches_the_head_over_no_rail():
+    g = groups(4)
+    hv = {"n0": rails("192.168.100.1", "192.168.103.2"), "n1": rails("192.168.100.2", "192.168.101.1"),
+          "n2": rails("192.168.101.2", "192.168.102.1"), "n3": rails("192.168.102.2", "192.168.103.1")}
+    problems, _ = topo.topology_problems(g, hv)
+    assert "n2: reaches the head over no rail" in " | ".join(problems), problems
+
+
+def test_a_cable_with_one_end_names_the_host_and_the_rail():
+    g, hv = pair()
+    hv["n1"] = rails("192.168.100.2", "192.168.106.2")
+    problems, _ = topo.topology_problems(g, hv)
+    assert any(p.startswith("n0: rail 1 (%s, 192.168.105.1) is on subnet 192.168.105.0/24, which no other node is on" % RAIL1)
+               for p in problems), problems
+    assert any(p.startswith("n1: rail 1 (%s, 192.168.106.2)" % RAIL1) for p in problems), problems
+
+
+def test_a_switch_rail_outside_its_network_names_the_host_and_the_rail():
+    g, hv = switch(3)
+    hv["n2"] = rails("192.168.100.3", "192.168.111.3")
+    with pytest.raises(topo.TopologyError, match=r"n2: rail 1 \(192.168.111.3\) is outside 192.168.105.0/24"):
+        topo.cluster_topology(g, hv, shape="switch")
+
+
+def test_two_rails_of_one_node_on_one_subnet_is_no_cable():
+    g, hv = pair()
+    hv["n0"] = rails("192.168.100.1", "192.168.100.3")
+    problems, _ = topo.topology_problems(g, hv)
+    assert any("subnet 192.168.100.0/24 is shared by 3 rails" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("change, words", [
+    (lambda g, hv: g.update(spark_head=[]), "group spark_head has 0 hosts"),
+    (lambda g, hv: g.update(spark_workers=[]), "group spark_workers has no hosts"),
+    (lambda g, hv: hv["n1"].pop("dgxspark_fabric_rails"), "n1: dgxspark_fabric_rails is not set"),
+    (lambda g, hv: hv["n1"].update(dgxspark_fabric_rails=[{"netdev": RAIL0, "ipv4": "192.168.100.300"}]),
+     "n1: dgxspark_fabric_rails[0].ipv4 is '192.168.100.300'"),
+])
+def test_bad_groups_and_rails_are_named(change, words):
+    g, hv = pair()
+    change(g, hv)
+    problems, t = topo.topology_problems(g, hv)
+    assert t is None and any(words in p for p in problems), problems
+
+
+def test_a_bad_shape_or_prefix_or_too_many_nodes_is_named():
+    assert "dgxspark_fabric_shape is 'ring'" in topo.topology_problems(*pair(), shape="ring")[0][0]
+    assert "dgxspark_fabric_prefix is '24'" in topo.topology_problems(*pair(), fabric_prefix="24")[0][0]
+    problems, _ = topo.topology_problems(*switch(9), shape="switch")
+    assert problems == ["inventory: 9 nodes (n0, n1, n2, n3, n4, n5, n6, n7, n8), expected 2 to 8"]

@@ -86,7 +86,7 @@ def _direct_links(hosts, rails, problems):
         for rail in rails[host]:
             by_net.setdefault(rail["network"], []).append((host, rail))
     links = []
-    for net in sorted(by_net, key=lambda n: ipaddress.IPv4Network(n)):
+    for net in sorted(by_net, key=ipaddress.IPv4Network):
         ends = by_net[net]
         names = ", ".join("%s rail %d (%s)" % (h, r["index"], r["netdev"]) for h, r in ends)
         if len(ends) > 2:

@@ -65,13 +65,18 @@ def _rails(host, hvars, prefix, problems):
         if not isinstance(rail, Mapping):
             problems.append("%s: %s[%d] is %r, expected a dict with netdev and ipv4" % (host, RAILS_VAR, idx, rail))
             return None
+        netdev = rail.get("netdev")
+        if not isinstance(netdev, str) or not netdev.strip():
+            problems.append("%s: %s[%d].netdev is %r, expected the fabric netdev name (for example enp1s0f1np1)"
+                            % (host, RAILS_VAR, idx, netdev))
+            return None
         try:
             addr = ipaddress.IPv4Address(_text(rail.get("ipv4")))
         except (ipaddress.AddressValueError, ValueError):
             problems.append("%s: %s[%d].ipv4 is %r, expected an IPv4 address" % (host, RAILS_VAR, idx, rail.get("ipv4")))
             return None
         net = ipaddress.IPv4Network(u"%s/%d" % (addr, prefix), strict=False)
-        out.append({"index": idx, "netdev": _text(rail.get("netdev")), "ipv4": _text(addr), "network": _text(net)})
+        out.append({"index": idx, "netdev": netdev, "ipv4": _text(addr), "network": _text(net)})
     return out
 
 
@@ -175,9 +180,8 @@ def topology_problems(groups, hostvars, head_group="spark_head", worker_group="s
     head = hosts[0]
     nodes = {}
     for rank, host in enumerate(hosts):
+        # behind a switch the first link to the head is over rail 0: its rail 0 address, the same for every node
         master = rails[head][0]["ipv4"] if host == head else peers[host][head][0]["remote"]
-        if shape == "switch":
-            master = rails[head][0]["ipv4"]
         nodes[host] = {"rank": rank, "role": "head" if rank == 0 else "worker", "address": rails[host][0]["ipv4"],
                        "netdev": rails[host][0]["netdev"], "rails": rails[host], "master_addr": master,
                        "from_head": rails[head][0]["ipv4"] if host == head else peers[host][head][0]["local"],

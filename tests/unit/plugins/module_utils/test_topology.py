@@ -117,6 +117,8 @@ def test_two_rails_of_one_node_on_one_subnet_is_no_cable():
     (lambda g, hv: hv["n1"].pop("dgxspark_fabric_rails"), "n1: dgxspark_fabric_rails is not set"),
     (lambda g, hv: hv["n1"].update(dgxspark_fabric_rails=[{"netdev": RAIL0, "ipv4": "192.168.100.300"}]),
      "n1: dgxspark_fabric_rails[0].ipv4 is '192.168.100.300'"),
+    (lambda g, hv: hv["n1"].update(dgxspark_fabric_rails=[{"ipv4": "192.168.100.2"}]),
+     "n1: dgxspark_fabric_rails[0].netdev is None, expected the fabric netdev name"),
 ])
 def test_bad_groups_and_rails_are_named(change, words):
     g, hv = pair()

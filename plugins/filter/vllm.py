@@ -57,9 +57,9 @@ def vllm_api_layout(knobs):
     return vllm_cmd.api_layout(knobs)
 
 
-def vllm_topology(groups, hostvars, host, head_group='spark_head', worker_group='spark_workers'):
-    """A host's role, node rank, node count and the master address (see vllm_cmd.topology)."""
-    return vllm_cmd.topology(groups, hostvars, host, head_group=head_group, worker_group=worker_group)
+def vllm_topology(cluster, host):
+    """A host's role, node rank, node count and the master address, from dgxspark_topology (see vllm_cmd.topology)."""
+    return vllm_cmd.topology(cluster, host)
 
 
 class FilterModule(object):

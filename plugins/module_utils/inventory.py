@@ -21,6 +21,8 @@ import difflib
 import ipaddress
 import re
 
+from ansible_collections.dgxspark.cluster.plugins.module_utils.topology import SHAPES, topology_problems
+
 RAILS_VAR = "dgxspark_fabric_rails"
 
 # Variables with these prefixes belong to the collection: one no spec declares is a typo.
@@ -99,11 +101,14 @@ def rail_problems(host, rails, fabric_prefix=24):
     return problems
 
 
-def inventory_problems(groups, hostvars, play_hosts, head_group="spark_head", worker_group="spark_workers", fabric_prefix=24):
+def inventory_problems(groups, hostvars, play_hosts, head_group="spark_head", worker_group="spark_workers", fabric_prefix=24,
+                       fabric_shape="direct"):
     """All problems with the cluster inventory, as messages.
 
     ``groups`` and ``hostvars`` are Ansible's magic variables; ``play_hosts``
-    limits the per-host checks to the hosts of the play.
+    limits the per-host checks to the hosts of the play. Once every host's rails are well-formed, the cluster's
+    shape (``fabric_shape``: the subnets, which node reaches which) is topology.topology_problems', the code that
+    derives the topology every role reads.
     """
     problems = []
     heads = list(groups.get(head_group, []) or [])
@@ -119,8 +124,9 @@ def inventory_problems(groups, hostvars, play_hosts, head_group="spark_head", wo
     if not isinstance(fabric_prefix, int) or isinstance(fabric_prefix, bool) or not 8 <= fabric_prefix <= 30:
         problems.append("inventory: dgxspark_fabric_prefix is %r, expected an integer between 8 and 30" % (fabric_prefix,))
         fabric_prefix = 24
+    if fabric_shape not in SHAPES:
+        problems.append("inventory: dgxspark_fabric_shape is %r, expected one of %s" % (fabric_shape, ", ".join(SHAPES)))
     seen = {}
-    subnets = {}
     for host in heads + workers:
         if host not in play_hosts:
             continue
@@ -140,11 +146,8 @@ def inventory_problems(groups, hostvars, play_hosts, head_group="spark_head", wo
                                 % (host, RAILS_VAR, idx, addr, seen[addr]))
             else:
                 seen[addr] = host
-            net = ipaddress.IPv4Network(u"%s/%d" % (addr, fabric_prefix), strict=False)
-            first = subnets.setdefault(idx, (net, host))
-            if first[0] != net:
-                problems.append("%s: %s[%d].ipv4 %s is outside %s (rail %d of %s), expected one subnet per rail"
-                                % (host, RAILS_VAR, idx, addr, first[0], idx, first[1]))
+    if not problems and all(host in play_hosts for host in heads + workers):
+        problems.extend(topology_problems(groups, hostvars, head_group, worker_group, fabric_shape, fabric_prefix)[0])
     return problems
 
 

@@ -502,7 +502,7 @@ def _check_topology(role: Any, node_rank: Any, nnodes: Any, master_addr: Any) ->
         ipaddress.ip_address(_text(master_addr))
     except ValueError:
         raise VllmConfigError('master_addr is %s, expected the head\'s fabric IP address '
-                              '(hostvars[head].dgxspark_fabric_rails[0].ipv4)' % _found(master_addr))
+                              '(dgxspark_topology.nodes[host].master_addr)' % _found(master_addr))
 
 
 def serve_argv(knobs: Optional[Mapping[str, Any]], role: Optional[str] = None, node_rank: Optional[int] = None,
@@ -666,41 +666,30 @@ def serve_env(knobs: Optional[Mapping[str, Any]], runtime_kind: str = 'container
     return env
 
 
-def topology(groups: Mapping[str, Any], hostvars: Mapping[str, Any], host: str,
-             head_group: str = 'spark_head', worker_group: str = 'spark_workers') -> Dict[str, Any]:
+def topology(cluster: Mapping[str, Any], host: str) -> Dict[str, Any]:
     """A host's place in the cluster: role, node_rank, nnodes, master_addr, head and the hosts in rank order.
 
-    The head is the first host of ``head_group`` (rank 0); workers are ranks
-    1..N in the order of ``worker_group``; master_addr is the head's first
-    fabric rail address (``hostvars[head].dgxspark_fabric_rails[0].ipv4``).
+    ``cluster`` is the topology the preflight derives once (the fact ``dgxspark_topology``,
+    ``plugins/module_utils/topology.py``): the head is rank 0, the workers 1..N in the order of their group, and
+    master_addr is the head's address on the link this host reaches it over.
 
-    >>> topology({'spark_head': ['h'], 'spark_workers': ['w']},
-    ...          {'h': {'dgxspark_fabric_rails': [{'netdev': 'enp1s0f1np1', 'ipv4': '192.168.100.1'}]}}, 'w')['node_rank']
+    >>> topology({'head': 'h', 'hosts': ['h', 'w'], 'nnodes': 2,
+    ...           'nodes': {'h': {'rank': 0, 'role': 'head', 'master_addr': '192.168.100.1'},
+    ...                     'w': {'rank': 1, 'role': 'worker', 'master_addr': '192.168.100.1'}}}, 'w')['node_rank']
     1
     """
-    if not isinstance(groups, Mapping):
-        raise VllmConfigError('groups is %s, expected the groups magic variable (a dict)' % _found(groups))
-    heads = list(groups.get(head_group) or [])
-    workers = [h for h in (groups.get(worker_group) or []) if h not in heads]
-    if len(heads) != 1:
-        raise VllmConfigError('%s: group %s has %d hosts (%s), expected exactly one head'
-                              % (host, head_group, len(heads), ', '.join(heads) or 'none'))
-    if not workers:
-        raise VllmConfigError('%s: group %s has no hosts, expected at least one worker' % (host, worker_group))
-    ranks = heads + workers
-    if host not in ranks:
-        raise VllmConfigError('%s: is in neither %s nor %s, expected a serving node of one of them' % (host, head_group, worker_group))
-    head = heads[0]
-    hvars = hostvars[head] if head in hostvars else {}
-    rails = hvars.get('dgxspark_fabric_rails') if isinstance(hvars, Mapping) else None
-    addr = None
-    if isinstance(rails, (list, tuple)) and rails and isinstance(rails[0], Mapping):
-        addr = rails[0].get('ipv4')
+    if not isinstance(cluster, Mapping) or not isinstance(cluster.get('nodes'), Mapping):
+        raise VllmConfigError('%s: dgxspark_topology is %s, expected the topology the preflight play derives '
+                              '(dgxspark.cluster.cluster_topology)' % (host, _found(cluster)))
+    node = cluster['nodes'].get(host)
+    if not isinstance(node, Mapping):
+        raise VllmConfigError('%s: is not a node of dgxspark_topology (%s), expected a serving node of the head or the '
+                              'worker group' % (host, ', '.join(cluster.get('hosts') or []) or 'none'))
+    addr = node.get('master_addr')
     try:
         ipaddress.ip_address(_text(addr))
     except ValueError:
-        raise VllmConfigError('%s: hostvars[%s].dgxspark_fabric_rails[0].ipv4 is %s, expected the head\'s fabric IPv4 address '
-                              '(the vLLM rendezvous, --master-addr)' % (host, head, _found(addr)))
-    rank = ranks.index(host)
-    return {'role': 'head' if rank == 0 else 'worker', 'node_rank': rank, 'nnodes': len(ranks),
-            'master_addr': _text(addr), 'head': head, 'hosts': ranks}
+        raise VllmConfigError('%s: dgxspark_topology.nodes[%s].master_addr is %s, expected the head\'s fabric IPv4 address '
+                              '(the vLLM rendezvous, --master-addr)' % (host, host, _found(addr)))
+    return {'role': node.get('role'), 'node_rank': node.get('rank'), 'nnodes': cluster.get('nnodes'),
+            'master_addr': _text(addr), 'head': cluster.get('head'), 'hosts': list(cluster.get('hosts') or [])}

@@ -27,8 +27,8 @@ PUSH = "rsync --server -logDtpre.iLsfxCIvu --partial --no-compress --timeout=300
 def authorized_line(tmp_path, rrsync):
     out = tmp_path / "line"
     tasks = [
-        {"name": "Give localhost a fabric address and a key", "ansible.builtin.set_fact": {
-            "dgxspark_fabric_rails": [{"ipv4": "10.0.0.1"}],
+        {"name": "Give localhost the head's fabric address (the preflight's topology fact) and a key", "ansible.builtin.set_fact": {
+            "dgxspark_topology": {"nodes": {"localhost": {"master_addr": "10.0.0.1"}}},
             "__checkpoint_pubkey": {"stdout": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA test"}}},
         {"name": "Render the line", "ansible.builtin.copy": {"content": "{{ __checkpoint_authorized_line }}",
                                                              "dest": str(out)},

@@ -52,7 +52,12 @@ CASES = [
     ("duplicate-address", None, {"h": HEAD, "w": HEAD},
      ["w: dgxspark_fabric_rails[0].ipv4 192.168.100.1 is also h's address, expected unique fabric addresses"]),
     ("two-subnets", None, {"h": HEAD, "w": {"dgxspark_fabric_rails": [{"netdev": "enp1s0f1np1", "ipv4": "192.168.101.2"}]}},
-     ["w: dgxspark_fabric_rails[0].ipv4 192.168.101.2 is outside 192.168.100.0/24 (rail 0 of h), expected one subnet per rail"]),
+     ["h: rail 0 (enp1s0f1np1, 192.168.100.1) is on subnet 192.168.100.0/24, which no other node is on",
+      "w: reaches the head over no rail (its rails: 0 enp1s0f1np1 192.168.101.2), expected a cable between every two nodes"]),
+    ("three-on-one-subnet-direct", {"spark_head": ["h"], "spark_workers": ["w", "v"]},
+     {"h": HEAD, "w": {"dgxspark_fabric_rails": [{"netdev": "enp1s0f1np1", "ipv4": "192.168.100.2"}]},
+      "v": {"dgxspark_fabric_rails": [{"netdev": "enp1s0f1np1", "ipv4": "192.168.100.3"}]}},
+     ["subnet 192.168.100.0/24 is shared by 3 rails", "dgxspark_fabric_shape: switch"]),
 ]
 
 
@@ -76,6 +81,13 @@ def test_host_in_both_groups():
 
 def test_hosts_outside_the_play_are_not_checked():
     assert inventory_problems({"spark_head": ["h"], "spark_workers": ["w"]}, {"h": HEAD, "w": {}}, ["h"]) == []
+
+
+def test_behind_a_switch_a_rail_outside_its_network_is_named():
+    hv = {"h": HEAD, "w": {"dgxspark_fabric_rails": [{"netdev": "enp1s0f1np1", "ipv4": "192.168.101.2"}]}}
+    assert check(hostvars=hv, fabric_shape="switch") == [
+        "w: rail 0 (192.168.101.2) is outside 192.168.100.0/24 (rail 0 of h), expected one network per rail behind a switch"]
+    assert check(fabric_shape="ring") == ["inventory: dgxspark_fabric_shape is 'ring', expected one of direct, switch"]
 
 
 def test_a_wider_prefix_joins_two_subnets():

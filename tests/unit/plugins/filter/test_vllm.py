@@ -24,6 +24,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.dgxspark.cluster.plugins.filter.vllm import FilterModule
 from ansible_collections.dgxspark.cluster.plugins.module_utils import roce_gids
+from ansible_collections.dgxspark.cluster.plugins.module_utils.topology import cluster_topology
 from ansible_collections.dgxspark.cluster.plugins.module_utils.vllm_cmd import (
     CACHE_ENV_KEYS, KIND_ENV, KNOB_DEFAULTS, KNOBS, PER_HOST_ENV_KEYS, PROFILES, VllmConfigError, cudagraph_capture_size, serve_argv, serve_env,
     serve_warnings, speculative_config, topology)
@@ -52,6 +53,9 @@ SEED_HEAD = (
 SEED_WORKER = SEED_HEAD.replace("--node-rank 0 ", "--node-rank 1 ").replace("--master-port 25000 ", "--master-port 25000 --headless ")
 
 PAIR_GROUPS = {'spark_head': ['spark-head'], 'spark_workers': ['spark-worker']}
+PAIR_CLUSTER_ARGS = (PAIR_GROUPS, {
+    'spark-head': {'dgxspark_fabric_rails': [{'netdev': 'enp1s0f1np1', 'ipv4': '192.168.100.1'}]},
+    'spark-worker': {'dgxspark_fabric_rails': [{'netdev': 'enp1s0f1np1', 'ipv4': '192.168.100.2'}]}})
 PAIR_HOSTVARS = {
     'spark-head': {'dgxspark_fabric_rails': [{'netdev': 'enp1s0f1np1', 'ipv4': HEAD_IP}]},
     'spark-worker': {'dgxspark_fabric_rails': [{'netdev': 'enp1s0f1np1', 'ipv4': '192.168.100.2'}]},
@@ -256,43 +260,62 @@ def test_argv_is_plain_strings():
 
 # ---------------------------------------------------------------------------- topology
 
+def pair_cluster():
+    return cluster_topology(*PAIR_CLUSTER_ARGS)
+
+
 def test_topology_of_the_pair():
-    assert topology(PAIR_GROUPS, PAIR_HOSTVARS, 'spark-head') == {
+    cluster = pair_cluster()
+    assert topology(cluster, 'spark-head') == {
         'role': 'head', 'node_rank': 0, 'nnodes': 2, 'master_addr': HEAD_IP, 'head': 'spark-head',
         'hosts': ['spark-head', 'spark-worker']}
-    topo = topology(PAIR_GROUPS, PAIR_HOSTVARS, 'spark-worker')
+    topo = topology(cluster, 'spark-worker')
     assert (topo['role'], topo['node_rank'], topo['nnodes'], topo['master_addr']) == ('worker', 1, 2, HEAD_IP)
     assert serve_argv({}, topology=topo) == proxied(SEED_WORKER)
-    assert serve_argv({}, topology=topology(PAIR_GROUPS, PAIR_HOSTVARS, 'spark-head')) == proxied(SEED_HEAD)
+    assert serve_argv({}, topology=topology(cluster, 'spark-head')) == proxied(SEED_HEAD)
 
 
 def test_workers_are_ranked_in_inventory_order_and_tp_follows():
     groups = {'spark_head': ['h'], 'spark_workers': ['w2', 'w1', 'w3']}
-    hostvars = {'h': PAIR_HOSTVARS['spark-head']}
-    ranks = {h: topology(groups, hostvars, h)['node_rank'] for h in ('h', 'w2', 'w1', 'w3')}
+    hostvars = dict((h, {'dgxspark_fabric_rails': [{'netdev': 'enp1s0f1np1', 'ipv4': '192.168.100.%d' % (i + 1)}]})
+                    for i, h in enumerate(('h', 'w1', 'w2', 'w3')))
+    cluster = cluster_topology(groups, hostvars, shape='switch')
+    ranks = {h: topology(cluster, h)['node_rank'] for h in ('h', 'w2', 'w1', 'w3')}
     assert ranks == {'h': 0, 'w2': 1, 'w1': 2, 'w3': 3}
-    argv = serve_argv({}, topology=topology(groups, hostvars, 'w3'))
+    argv = serve_argv({}, topology=topology(cluster, 'w3'))
     assert flag(argv, '--tensor-parallel-size') == '4' and flag(argv, '--nnodes') == '4' and flag(argv, '--node-rank') == '3'
+    assert flag(argv, '--master-addr') == '192.168.100.1'
+
+
+def test_in_a_triangle_each_worker_meets_the_head_on_its_own_cable():
+    groups = {'spark_head': ['a'], 'spark_workers': ['b', 'c']}
+    hostvars = {'a': {'dgxspark_fabric_rails': [{'netdev': 'r0', 'ipv4': '192.168.100.1'}, {'netdev': 'r1', 'ipv4': '192.168.102.1'}]},
+                'b': {'dgxspark_fabric_rails': [{'netdev': 'r0', 'ipv4': '192.168.100.2'}, {'netdev': 'r1', 'ipv4': '192.168.101.1'}]},
+                'c': {'dgxspark_fabric_rails': [{'netdev': 'r0', 'ipv4': '192.168.102.2'}, {'netdev': 'r1', 'ipv4': '192.168.101.2'}]}}
+    cluster = cluster_topology(groups, hostvars)
+    assert flag(serve_argv({}, topology=topology(cluster, 'b')), '--master-addr') == '192.168.100.1'
+    assert flag(serve_argv({}, topology=topology(cluster, 'c')), '--master-addr') == '192.168.102.1'
 
 
 TOPOLOGY_CASES = [
-    ('two-heads', {'spark_head': ['a', 'b'], 'spark_workers': ['w']}, PAIR_HOSTVARS, 'w',
-     'w: group spark_head has 2 hosts (a, b), expected exactly one head'),
-    ('no-worker', {'spark_head': ['spark-head'], 'spark_workers': []}, PAIR_HOSTVARS, 'spark-head',
-     'spark-head: group spark_workers has no hosts, expected at least one worker'),
-    ('not-a-node', PAIR_GROUPS, PAIR_HOSTVARS, 'laptop',
-     'laptop: is in neither spark_head nor spark_workers, expected a serving node'),
-    ('head-without-rails', PAIR_GROUPS, {'spark-head': {}}, 'spark-worker',
-     "spark-worker: hostvars[spark-head].dgxspark_fabric_rails[0].ipv4 is None (NoneType), expected the head's fabric IPv4 address"),
-    ('head-bad-address', PAIR_GROUPS, {'spark-head': {'dgxspark_fabric_rails': [{'netdev': 'x', 'ipv4': '192.168.100.300'}]}},
-     'spark-worker', "dgxspark_fabric_rails[0].ipv4 is '192.168.100.300' (str), expected the head's fabric IPv4 address"),
+    ('not-a-node', 'laptop', 'laptop: is not a node of dgxspark_topology (spark-head, spark-worker), expected a serving node'),
+    ('no-topology', None, 'spark-worker: dgxspark_topology is None (NoneType), expected the topology the preflight play derives'),
+    ('bad-master', 'bad', "spark-worker: dgxspark_topology.nodes[spark-worker].master_addr is 'spark-head' (str), expected"),
 ]
 
 
-@pytest.mark.parametrize('groups,hostvars,host,message', [c[1:] for c in TOPOLOGY_CASES], ids=[c[0] for c in TOPOLOGY_CASES])
-def test_topology_errors_name_the_host_and_variable(groups, hostvars, host, message):
+@pytest.mark.parametrize('case,message', [c[1:] for c in TOPOLOGY_CASES], ids=[c[0] for c in TOPOLOGY_CASES])
+def test_topology_errors_name_the_host_and_variable(case, message):
+    cluster = pair_cluster()
+    host = 'spark-worker'
+    if case == 'laptop':
+        host = 'laptop'
+    elif case is None:
+        cluster = None
+    else:
+        cluster['nodes']['spark-worker']['master_addr'] = 'spark-head'
     with pytest.raises(VllmConfigError) as err:
-        topology(groups, hostvars, host)
+        topology(cluster, host)
     assert message in str(err.value)
 
 
@@ -551,12 +574,12 @@ def test_filters_raise_ansible_filter_errors():
     with pytest.raises(AnsibleFilterError):
         FILTERS['vllm_serve_env']({'runtime_vllm_env': {'VLLM_API_KEY': 'x'}})
     with pytest.raises(AnsibleFilterError) as err:
-        FILTERS['vllm_topology'](PAIR_GROUPS, PAIR_HOSTVARS, 'nowhere')
-    assert 'nowhere: is in neither spark_head nor spark_workers' in str(err.value)
+        FILTERS['vllm_topology'](pair_cluster(), 'nowhere')
+    assert 'nowhere: is not a node of dgxspark_topology' in str(err.value)
 
 
 def test_filters_return_what_module_utils_returns():
-    topo = FILTERS['vllm_topology'](PAIR_GROUPS, PAIR_HOSTVARS, 'spark-worker')
+    topo = FILTERS['vllm_topology'](pair_cluster(), 'spark-worker')
     assert FILTERS['vllm_serve_argv']({}, topology=topo) == proxied(SEED_WORKER)
     assert FILTERS['vllm_serve_warnings']({'runtime_vllm_max_num_seqs': 2}) == serve_warnings({'runtime_vllm_max_num_seqs': 2})
     assert FILTERS['vllm_serve_env']({}) == serve_env({})
@@ -587,7 +610,8 @@ def test_through_ansible_templating(tmp_path):
             runtime_vllm_api_key: %s
             __names: "{{ query('ansible.builtin.varnames', '^runtime_vllm_') }}"
             __knobs: "{{ dict(__names | zip(query('ansible.builtin.vars', *__names))) }}"
-            __topo: "{{ groups | dgxspark.cluster.vllm_topology(hostvars, inventory_hostname) }}"
+            __cluster: "{{ groups | dgxspark.cluster.cluster_topology(hostvars) }}"
+            __topo: "{{ __cluster | dgxspark.cluster.vllm_topology(inventory_hostname) }}"
           tasks:
             - ansible.builtin.copy:
                 dest: "{{ out }}/{{ inventory_hostname }}.json"

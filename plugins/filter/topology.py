@@ -1,0 +1,26 @@
+# -*- coding: utf-8 -*-
+# Copyright: dgxspark.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.dgxspark.cluster.plugins.module_utils.topology import TopologyError, cluster_topology as _cluster_topology
+
+
+def cluster_topology(groups, hostvars, head_group="spark_head", worker_group="spark_workers", shape="direct", fabric_prefix=24):
+    """The cluster's topology (see module_utils/topology.py); a bad shape fails naming the host and the rail."""
+    try:
+        return _cluster_topology(groups, hostvars, head_group, worker_group, shape, fabric_prefix)
+    except TopologyError as exc:
+        raise AnsibleFilterError(str(exc))
+
+
+class FilterModule(object):
+    """The cluster's topology, derived once."""
+
+    def filters(self):
+        return {"cluster_topology": cluster_topology}

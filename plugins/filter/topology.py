@@ -8,7 +8,8 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.topology import TopologyError, cluster_topology as _cluster_topology
+from ansible_collections.dgxspark.cluster.plugins.module_utils.topology import (
+    TopologyError, cluster_topology as _cluster_topology, fanout_round as _fanout_round)
 
 
 def cluster_topology(groups, hostvars, head_group="spark_head", worker_group="spark_workers", shape="direct", fabric_prefix=24):
@@ -19,8 +20,15 @@ def cluster_topology(groups, hostvars, head_group="spark_head", worker_group="sp
         raise AnsibleFilterError(str(exc))
 
 
+def fanout_round(topology, holders, targets, refused=None):
+    """One round of the checkpoint fan-out (see module_utils/topology.py): {target: {source, source_addr, dest_addr}}."""
+    if not isinstance(topology, dict) or "nodes" not in topology:
+        raise AnsibleFilterError("fanout_round: the input is %r, expected the dgxspark_topology fact" % (type(topology).__name__,))
+    return _fanout_round(topology, list(holders or []), list(targets or []), refused or {})
+
+
 class FilterModule(object):
     """The cluster's topology, derived once."""
 
     def filters(self):
-        return {"cluster_topology": cluster_topology}
+        return {"cluster_topology": cluster_topology, "fanout_round": fanout_round}

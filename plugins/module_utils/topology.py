@@ -204,3 +204,59 @@ def cluster_topology(groups, hostvars, head_group="spark_head", worker_group="sp
     if problems:
         raise TopologyError(" | ".join(problems))
     return topo
+
+
+def fanout_round(topo, holders, targets, refused=None):
+    """One round of the checkpoint fan-out: ``{target: {source, source_addr, dest_addr}}``.
+
+    ``holders``: the nodes that hold a verified copy (the head always does); ``targets``: the nodes that do not yet.
+    ``refused``: ``{target: [source, ...]}``, the sources a target's sync failed from in earlier rounds.
+
+    Each holder sends to at most one target per round (its disk and its link carry one copy at a time, so every copy
+    runs at the link's full rate), so the holders double each round: head -> w1, then head -> w2 and w1 -> w3. With
+    N-1 workers that is ceil(log2 N) rounds instead of N-1 copies out of the head (2 instead of 3 for four nodes).
+    Holders are taken in rank order (the head first), targets in rank order; a holder serves a target only over a link
+    they share (always behind a switch; in the direct shape, a cable). A target retried after a failure takes a holder
+    it did not fail from when there is one, else the same holder again (a cable may be the only way in).
+    The addresses are the two ends of the first link between them: ``dest_addr`` is where the source sends,
+    ``source_addr`` is what the target allows in (rsync daemon ``hosts allow``, authorized key ``from=``).
+
+    >>> topo = {'hosts': ['h', 'a', 'b', 'c'], 'nodes': dict((n, {'peers': dict((p, [{'local': n, 'remote': p}])
+    ...         for p in 'habc' if p != n)}) for n in 'habc')}
+    >>> sorted((t, p['source']) for t, p in fanout_round(topo, ['h'], ['a', 'b', 'c']).items())
+    [('a', 'h')]
+    >>> sorted((t, p['source']) for t, p in fanout_round(topo, ['h', 'a'], ['b', 'c']).items())
+    [('b', 'h'), ('c', 'a')]
+    >>> sorted((t, p['source']) for t, p in fanout_round(topo, ['h', 'a', 'b'], ['c'], {'c': ['h']}).items())
+    [('c', 'a')]
+    """
+    refused = refused if isinstance(refused, Mapping) else {}
+    order = list(topo["hosts"])
+    rank = dict((h, i) for i, h in enumerate(order))
+    holders = sorted(set(h for h in holders if h in rank), key=rank.get)
+    targets = sorted(set(t for t in targets if t in rank and t not in holders), key=rank.get)
+    busy = set()
+    plan = {}
+    for target in targets:
+        failed = set(refused.get(target) or [])
+        reach = [h for h in holders if h not in busy and h in topo["nodes"][target]["peers"]]
+        fresh = [h for h in reach if h not in failed]
+        pick = (fresh or reach or [None])[0]
+        if pick is None:
+            continue
+        busy.add(pick)
+        link = topo["nodes"][pick]["peers"][target][0]
+        plan[target] = {"source": pick, "source_addr": link["local"], "dest_addr": link["remote"]}
+    return plan
+
+
+def fanout_rounds(nnodes, retries=1):
+    """The most rounds a fan-out of ``nnodes`` nodes takes: ceil(log2 nnodes), plus ``retries`` for failed syncs.
+
+    >>> fanout_rounds(2), fanout_rounds(4), fanout_rounds(5), fanout_rounds(8, 0)
+    (2, 3, 4, 3)
+    """
+    rounds = 0
+    while (1 << rounds) < nnodes:
+        rounds += 1
+    return rounds + retries

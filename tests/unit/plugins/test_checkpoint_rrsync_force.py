@@ -3,7 +3,7 @@
 
 rrsync -no-del disables only the --delete* and --remove* options (rsync's support/rrsync, long_opts 'force': 0),
 so `--force` (delete a non-empty directory a file replaces: a tree in the worker's cache) passed it. The worker's
-authorized_keys line (roles/checkpoint/vars/main.yml __checkpoint_authorized_line, rendered by ansible-playbook with
+authorized_keys line (roles/checkpoint/vars/main.yml __checkpoint_authorized_text, rendered by ansible-playbook with
 the role's real vars) now refuses it before rrsync runs. The test runs the line's command as sshd does (the
 user's shell -c, SSH_ORIGINAL_COMMAND set) with rrsync replaced by a recorder, and, where /usr/bin/rrsync is
 installed, shows the real rrsync -no-del letting --force through (the old line's behaviour).
@@ -28,11 +28,11 @@ def authorized_line(tmp_path, rrsync):
     out = tmp_path / "line"
     tasks = [
         {"name": "Give localhost the head's fabric address (the preflight's topology fact) and a key", "ansible.builtin.set_fact": {
-            "dgxspark_topology": {"nodes": {"localhost": {"master_addr": "10.0.0.1"}}},
+            "dgxspark_topology": {"nnodes": 2, "nodes": {"localhost": {"peers": {"localhost": [{"remote": "10.0.0.1"}]}}}},
             "__checkpoint_pubkey": {"stdout": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA test"}}},
-        {"name": "Render the line", "ansible.builtin.copy": {"content": "{{ __checkpoint_authorized_line }}",
+        {"name": "Render the line", "ansible.builtin.copy": {"content": "{{ __checkpoint_authorized_text }}",
                                                              "dest": str(out)},
-         "vars": {"__checkpoint_head": "localhost", "__checkpoint_rrsync": rrsync}},
+         "vars": {"__checkpoint_my_sources": ["localhost"], "__checkpoint_rrsync": rrsync}},
     ]
     proc = roleplay.run_role_play(tmp_path, "checkpoint", tasks, {"ansible_python_interpreter": sys.executable})
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]

@@ -132,3 +132,68 @@ def test_a_bad_shape_or_prefix_or_too_many_nodes_is_named():
     assert "dgxspark_fabric_prefix is '24'" in topo.topology_problems(*pair(), fabric_prefix="24")[0][0]
     problems = topo.topology_problems(*switch(9), shape="switch")[0]
     assert problems == ["inventory: 9 nodes (n0, n1, n2, n3, n4, n5, n6, n7, n8), expected 2 to 8"]
+
+
+def simulate_fanout(t, holders, refuse_pairs=()):
+    """Run the rounds as the checkpoint role does: a pair in refuse_pairs fails once; returns the rounds' plans."""
+    holders = list(holders)
+    refused = {}
+    rounds = []
+    failed_once = set()
+    for _ in range(topo.fanout_rounds(t["nnodes"])):
+        targets = [h for h in t["hosts"] if h not in holders]
+        plan = topo.fanout_round(t, holders, targets, refused)
+        if not plan:
+            break
+        rounds.append(dict((k, v["source"]) for k, v in plan.items()))
+        for target, step in plan.items():
+            if (step["source"], target) in refuse_pairs and (step["source"], target) not in failed_once:
+                failed_once.add((step["source"], target))
+                refused.setdefault(target, []).append(step["source"])
+            else:
+                holders.append(target)
+    return rounds, holders
+
+
+def test_fanout_doubles_the_holders_every_round_behind_a_switch():
+    """Four nodes: the head serves one worker, then the head and that worker serve the other two (2 rounds, not 3)."""
+    t = topo.cluster_topology(*switch(4), shape="switch")
+    rounds, holders = simulate_fanout(t, ["n0"])
+    assert rounds == [{"n1": "n0"}, {"n2": "n0", "n3": "n1"}]
+    assert sorted(holders) == ["n0", "n1", "n2", "n3"]
+    step = topo.fanout_round(t, ["n0", "n1"], ["n2", "n3"])["n3"]
+    assert step == {"source": "n1", "source_addr": "192.168.100.2", "dest_addr": "192.168.100.4"}
+
+
+def test_fanout_of_eight_nodes_takes_three_rounds_and_no_holder_serves_two_at_once():
+    t = topo.cluster_topology(*switch(8), shape="switch")
+    rounds, holders = simulate_fanout(t, ["n0"])
+    assert len(rounds) == 3 and len(holders) == 8
+    for plan in rounds:
+        assert len(set(plan.values())) == len(plan)  # one target per holder per round
+
+
+def test_fanout_a_failed_sync_is_retried_from_another_holder():
+    t = topo.cluster_topology(*switch(4), shape="switch")
+    rounds, holders = simulate_fanout(t, ["n0"], refuse_pairs={("n1", "n3")})
+    assert rounds[1] == {"n2": "n0", "n3": "n1"}
+    assert rounds[2]["n3"] != "n1" and sorted(holders) == ["n0", "n1", "n2", "n3"]
+
+
+def test_fanout_a_target_that_only_one_holder_reaches_is_retried_from_it():
+    t = topo.cluster_topology(*pair())
+    assert topo.fanout_round(t, ["n0"], ["n1"], {"n1": ["n0"]})["n1"]["source"] == "n0"
+
+
+def test_fanout_in_a_triangle_sends_over_the_cable_between_the_two():
+    t = topo.cluster_topology(*triangle())
+    first = topo.fanout_round(t, ["n0"], ["n1", "n2"])
+    assert first == {"n1": {"source": "n0", "source_addr": "192.168.100.1", "dest_addr": "192.168.100.2"}}
+    second = topo.fanout_round(t, ["n0", "n1"], ["n2"], {"n2": ["n0"]})
+    assert second == {"n2": {"source": "n1", "source_addr": "192.168.101.1", "dest_addr": "192.168.101.2"}}
+
+
+def test_fanout_nothing_to_do_and_a_pair_takes_at_most_two_rounds():
+    t = topo.cluster_topology(*pair())
+    assert topo.fanout_round(t, ["n0", "n1"], []) == {}
+    assert topo.fanout_rounds(2) == 2 and topo.fanout_rounds(3) == 3 and topo.fanout_rounds(4) == 3

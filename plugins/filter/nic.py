@@ -6,7 +6,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.fabric_health import bandwidth_plan, bandwidth_verdict
+from ansible_collections.dgxspark.cluster.plugins.module_utils.fabric_health import bandwidth_plan, bandwidth_verdict, mtu_mismatches
 from ansible_collections.dgxspark.cluster.plugins.module_utils.firmware import nic_differences
 
 
@@ -15,4 +15,5 @@ class FilterModule(object):
 
     def filters(self):
         return {"nic_bandwidth_plan": bandwidth_plan, "nic_bandwidth_verdict": bandwidth_verdict,
+                "nic_mtu_mismatches": mtu_mismatches,
                 "nic_firmware_differences": nic_differences}

@@ -57,6 +57,11 @@ def vllm_api_layout(knobs):
     return vllm_cmd.api_layout(knobs)
 
 
+def vllm_layout_problems(knobs, nnodes, runtime_kind='container'):
+    """Why the parallel layout cannot serve the model on nnodes nodes (see vllm_cmd.layout_problems)."""
+    return vllm_cmd.layout_problems(knobs, nnodes, runtime_kind=runtime_kind)
+
+
 def vllm_topology(cluster, host):
     """A host's role, node rank, node count and the master address, from dgxspark_topology (see vllm_cmd.topology)."""
     return vllm_cmd.topology(cluster, host)
@@ -73,4 +78,5 @@ class FilterModule(object):
             'vllm_topology': _wrap(vllm_topology),
             'vllm_api_problems': _wrap(vllm_api_problems),
             'vllm_api_layout': _wrap(vllm_api_layout),
+            'vllm_layout_problems': _wrap(vllm_layout_problems),
         }

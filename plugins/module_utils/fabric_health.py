@@ -78,27 +78,79 @@ def slot_power_lines(text):
     return found
 
 
-def bandwidth_plan(head, workers, rails):
-    """The node-to-node measurements: per rail, every worker against the head and the head against one worker.
+def _measure(client, client_rail, server, server_rail, rails, mtus):
+    mine, theirs = rails[client][client_rail], rails[server][server_rail]
+    entry = {
+        "rail": client_rail, "netdev": mine["netdev"], "client": client, "server": server,
+        "server_ipv4": theirs["ipv4"], "client_device": mine["device"], "client_gid": mine["indices"][0],
+        "server_device": theirs["device"], "server_gid": theirs["indices"][0], "server_rail": server_rail,
+        "server_netdev": theirs["netdev"],
+    }
+    if mtus is not None:
+        entry["client_mtu"] = (mtus.get(client) or {}).get(mine["netdev"])
+        entry["server_mtu"] = (mtus.get(server) or {}).get(theirs["netdev"])
+    return entry
 
-    ``rails``: ``{host: [{"netdev", "ipv4", "device", "indices": [...]}, ...]}`` (roce_gid_facts' rails).
-    Returns ``[{"rail": 0, "netdev", "client", "server", "server_ipv4", "client_device", "client_gid",
-    "server_device", "server_gid"}, ...]``: for a pair, both directions of every rail.
+
+def bandwidth_plan(head, workers, rails, topology=None, mtus=None):
+    """The node-to-node measurements.
+
+    ``rails``: ``{host: [{"netdev", "ipv4", "device", "indices": [...]}, ...]}`` (roce_gid_facts' rails, rail order).
+    ``topology``: the ``dgxspark_topology`` fact (plugins/module_utils/topology.py). With it, every link is measured in
+    both directions: in the ``direct`` shape each cable (its two rails, whatever their indices); behind a ``switch``,
+    per rail, a ring over the nodes in rank order (node k sends to node k+1), so every node's port to the switch is
+    measured sending and receiving with N measurements per rail, not N*(N-1) (a throttled port is the fault: it shows
+    in both of its measurements, each healthy port in at most one). Without it: per rail, every worker against the
+    head and the head against the first worker (a pair: both directions of every rail).
+    ``mtus``: ``{host: {netdev: mtu}}``; each measurement then carries ``client_mtu`` and ``server_mtu``
+    (:func:`mtu_mismatches`).
+    Returns ``[{"rail", "netdev", "client", "server", "server_ipv4", "server_rail", "server_netdev", "client_device",
+    "client_gid", "server_device", "server_gid"}, ...]``.
     """
+    nodes = [head] + [w for w in workers if w != head]
+    if topology:
+        plan = []
+        if topology.get("shape") == "switch":
+            count = min(len(rails.get(host) or []) for host in nodes)
+            ring = [h for h in topology["hosts"] if h in nodes]
+            for index in range(count):
+                pairs = [(ring[k], ring[(k + 1) % len(ring)]) for k in range(len(ring))] if len(ring) > 1 else []
+                plan.extend(_measure(a, index, b, index, rails, mtus) for a, b in pairs)
+            return plan
+        for link in topology.get("links") or []:
+            if link["a"] in nodes and link["b"] in nodes:
+                plan.append(_measure(link["a"], link["a_rail"], link["b"], link["b_rail"], rails, mtus))
+                plan.append(_measure(link["b"], link["b_rail"], link["a"], link["a_rail"], rails, mtus))
+        return plan
     pairs = [(worker, head) for worker in workers]
     if workers:
         pairs.append((head, workers[0]))
-    count = min(len(rails.get(host) or []) for host in [head] + list(workers))
+    count = min(len(rails.get(host) or []) for host in nodes)
     plan = []
     for index in range(count):
         for client, server in pairs:
-            mine, theirs = rails[client][index], rails[server][index]
-            plan.append({
-                "rail": index, "netdev": mine["netdev"], "client": client, "server": server,
-                "server_ipv4": theirs["ipv4"], "client_device": mine["device"], "client_gid": mine["indices"][0],
-                "server_device": theirs["device"], "server_gid": theirs["indices"][0],
-            })
+            plan.append(_measure(client, index, server, index, rails, mtus))
     return plan
+
+
+def mtu_mismatches(plan):
+    """One message per measured link whose two ends have different MTUs (RoCE takes the smaller one silently: a 4-node
+    cluster ran at RoCE MTU 1024 unnoticed, 0xSero/local-ai-registry PR #55).
+
+    >>> mtu_mismatches([{"client": "a", "netdev": "x", "client_mtu": 9000, "server": "b", "server_netdev": "y",
+    ...                  "server_mtu": 1500}])
+    ['a x MTU 9000, b y MTU 1500: expected the same MTU on both ends of the link']
+    """
+    seen = set()
+    out = []
+    for m in plan:
+        key = tuple(sorted([(m["client"], m["netdev"]), (m["server"], m.get("server_netdev"))]))
+        if key in seen or m.get("client_mtu") is None or m.get("server_mtu") is None or m["client_mtu"] == m["server_mtu"]:
+            continue
+        seen.add(key)
+        out.append("%s %s MTU %s, %s %s MTU %s: expected the same MTU on both ends of the link"
+                   % (m["client"], m["netdev"], m["client_mtu"], m["server"], m.get("server_netdev"), m["server_mtu"]))
+    return out
 
 
 def _label(measure):

@@ -80,6 +80,8 @@ KNOBS = (
      'not open_api_ok).'),
     ('master_port', 25000, 'int', 'Rendezvous port on the head\'s fabric address (--master-port).'),
     ('tensor_parallel_size', None, 'int', 'Tensor-parallel size; null = the number of nodes (one GB10 GPU per node).'),
+    ('attention_group_pad', False, 'bool', 'The runtime carries the 3-node attention-group pad (groups 8 -> 9, heads 64 -> 72: '
+     'the DSpark recipe\'s start-tp3.sh); tensor parallel 3 only with it.'),
     ('kv_cache_dtype', 'nvfp4_ds_mla', 'str', 'KV cache dtype (--kv-cache-dtype), fp8_ds_mla or nvfp4_ds_mla.'),
     ('block_size', 256, 'int', 'KV block size (--block-size); only 256 unless block_size_override.'),
     ('block_size_override', False, 'bool', 'Allow a block size other than 256 (seed 000 #1/#2 refuse it).'),
@@ -485,6 +487,48 @@ def cudagraph_capture_size(max_num_seqs: int, mtp_num_tokens: int) -> int:
     return int(max_num_seqs) * (int(mtp_num_tokens) + 1)
 
 
+# DeepSeek-V4-Flash splits its attention output in 8 groups (config.json o_groups), which vLLM shards by tensor
+# parallel rank: at TP=3 stock vLLM computes 8 // 3 == 2 groups per rank, silently drops six of the eight and serves
+# fluent nonsense. The 3-node recipes pad the groups to 9 (heads 64 -> 72, pad sinks -inf: localaiguyy's 3x recipe,
+# vendored by the DSpark recipe's start-tp3.sh, MiaAI-Lab PR #196), which only an image that carries the pad can serve.
+# The public 4-node clusters run TP=4 (8 // 4 == 2, exact); no public recipe serves this model on 5 to 7 nodes.
+ATTENTION_GROUPS = 8
+PADDED_TP = (3,)
+
+
+def _layout_applies(model: str) -> bool:
+    """The model's 8 groups constrain the layout: a DeepSeek-V4 repo id, or a local directory (the worst case)."""
+    return model.startswith(('/', '.', '~')) or 'deepseek-v4' in model.lower()
+
+
+def layout_problems(knobs: Optional[Mapping[str, Any]], nnodes: int, runtime_kind: str = 'container') -> List[str]:
+    """Why the parallel layout cannot serve the model on ``nnodes`` nodes (empty: it can).
+
+    TP spans the nodes (one GB10 GPU each, no pipeline parallel: no public recipe runs this model with PP) and must
+    divide the model's 8 attention groups, or be 3 with ``attention_group_pad``.
+
+    >>> layout_problems({}, 4), layout_problems({'runtime_vllm_attention_group_pad': True}, 3)
+    ([], [])
+    >>> layout_problems({}, 3)[0][:60]
+    'tensor parallel 3 (3 nodes) does not divide the 8 attention '
+    """
+    conf = resolve_knobs(knobs, runtime_kind)
+    tp = nnodes if conf['tensor_parallel_size'] is None else conf['tensor_parallel_size']
+    if tp != nnodes:
+        return ['%stensor_parallel_size is %d, expected %d: the number of nodes in the inventory (spark_head + '
+                'spark_workers), one GB10 GPU each' % (KNOB_PREFIX, tp, nnodes)]
+    if not _layout_applies(conf['model']) or ATTENTION_GROUPS % tp == 0:
+        return []
+    if tp in PADDED_TP and conf['attention_group_pad']:
+        return []
+    return ['tensor parallel %d (%d nodes) does not divide the %d attention groups of %s: stock vLLM would compute %d // %d '
+            '= %d groups per rank and serve wrong answers without an error. Expected 2, 4 or 8 nodes%s'
+            % (tp, nnodes, ATTENTION_GROUPS, conf['model'], ATTENTION_GROUPS, tp, ATTENTION_GROUPS // tp,
+               '; or, on 3 nodes, a runtime that carries the attention-group pad (groups 8 -> 9, the DSpark recipe\'s '
+               'start-tp3.sh) and %sattention_group_pad: true' % KNOB_PREFIX if tp in PADDED_TP else
+               ' (no public recipe serves this model on %d nodes)' % nnodes)]
+
+
 def _check_topology(role: Any, node_rank: Any, nnodes: Any, master_addr: Any) -> None:
     if role not in ('head', 'worker'):
         raise VllmConfigError('role is %s, expected head or worker' % _found(role))
@@ -527,10 +571,10 @@ def serve_argv(knobs: Optional[Mapping[str, Any]], role: Optional[str] = None, n
     master_addr = topo.get('master_addr') if master_addr is None else master_addr
     conf = resolve_knobs(knobs, runtime_kind)
     _check_topology(role, node_rank, nnodes, master_addr)
+    problems = layout_problems(knobs, nnodes, runtime_kind)
+    if problems:
+        raise VllmConfigError(problems[0])
     tp = nnodes if conf['tensor_parallel_size'] is None else conf['tensor_parallel_size']
-    if tp != nnodes:
-        raise VllmConfigError('%stensor_parallel_size is %d, expected %d: the number of nodes in the inventory (spark_head + '
-                              'spark_workers), one GB10 GPU each' % (KNOB_PREFIX, tp, nnodes))
     if command is None:
         command = ['vllm', 'serve']
     if isinstance(command, (str, bytes)) or not isinstance(command, (list, tuple)) \

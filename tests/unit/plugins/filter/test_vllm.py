@@ -293,8 +293,9 @@ def test_in_a_triangle_each_worker_meets_the_head_on_its_own_cable():
                 'b': {'dgxspark_fabric_rails': [{'netdev': 'r0', 'ipv4': '192.168.100.2'}, {'netdev': 'r1', 'ipv4': '192.168.101.1'}]},
                 'c': {'dgxspark_fabric_rails': [{'netdev': 'r0', 'ipv4': '192.168.102.2'}, {'netdev': 'r1', 'ipv4': '192.168.101.2'}]}}
     cluster = cluster_topology(groups, hostvars)
-    assert flag(serve_argv({}, topology=topology(cluster, 'b')), '--master-addr') == '192.168.100.1'
-    assert flag(serve_argv({}, topology=topology(cluster, 'c')), '--master-addr') == '192.168.102.1'
+    padded = {'runtime_vllm_attention_group_pad': True}  # TP=3 serves only with the attention-group pad
+    assert flag(serve_argv(padded, topology=topology(cluster, 'b')), '--master-addr') == '192.168.100.1'
+    assert flag(serve_argv(padded, topology=topology(cluster, 'c')), '--master-addr') == '192.168.102.1'
 
 
 TOPOLOGY_CASES = [

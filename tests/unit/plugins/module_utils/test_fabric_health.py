@@ -5,10 +5,12 @@ from __future__ import absolute_import, division, print_function
 
 import pytest
 
+from ansible_collections.dgxspark.cluster.plugins.module_utils import topology as topo
 from ansible_collections.dgxspark.cluster.plugins.module_utils.fabric_health import (
     OPERATOR_ACTION,
     bandwidth_plan,
     bandwidth_verdict,
+    mtu_mismatches,
     pcie_link_check,
     slot_power_lines,
 )
@@ -32,6 +34,54 @@ def test_plan_for_a_pair_measures_both_directions_of_every_rail():
 def test_plan_for_n_nodes_every_worker_with_the_head_and_the_head_with_one_worker():
     plan = bandwidth_plan(H, [W, W2], {H: rails(1)[:1], W: rails(2)[:1], W2: rails(3)[:1]})
     assert [(m["client"], m["server"]) for m in plan] == [(W, H), (W2, H), (H, W)]
+
+
+def cluster(addrs, shape):
+    """A topology and its roce rails: addrs {host: [rail0 ipv4, rail1 ipv4]} (the head first)."""
+    hosts = list(addrs)
+    hvars = dict((h, {"dgxspark_fabric_rails": [{"netdev": ("enp1s0f1np1", "enP2p1s0f1np1")[i], "ipv4": a}
+                                                for i, a in enumerate(v)]}) for h, v in addrs.items())
+    t = topo.cluster_topology({"spark_head": hosts[:1], "spark_workers": hosts[1:]}, hvars, shape=shape)
+    roce = dict((h, [{"netdev": r["netdev"], "ipv4": r["ipv4"], "device": ("rocep1s0f1", "roceP2p1s0f1")[r["index"]],
+                      "indices": [3]} for r in t["nodes"][h]["rails"]]) for h in hosts)
+    return t, roce
+
+
+def test_with_the_topology_a_pair_is_still_both_directions_of_every_rail():
+    t, roce = cluster({H: ["192.168.100.1", "192.168.101.1"], W: ["192.168.100.2", "192.168.101.2"]}, "direct")
+    plan = bandwidth_plan(H, [W], roce, t)
+    assert sorted((m["rail"], m["client"], m["server"]) for m in plan) == [(0, H, W), (0, W, H), (1, H, W), (1, W, H)]
+
+
+def test_behind_a_switch_each_rail_is_a_ring_so_every_port_sends_and_receives_once():
+    addrs = dict((n, ["192.168.100.%d" % (i + 1), "192.168.101.%d" % (i + 1)]) for i, n in enumerate(["h", "a", "b", "c"]))
+    t, roce = cluster(addrs, "switch")
+    plan = bandwidth_plan("h", ["a", "b", "c"], roce, t)
+    assert [(m["rail"], m["client"], m["server"]) for m in plan] == [
+        (0, "h", "a"), (0, "a", "b"), (0, "b", "c"), (0, "c", "h"), (1, "h", "a"), (1, "a", "b"), (1, "b", "c"), (1, "c", "h")]
+    for rail in (0, 1):
+        ring = [m for m in plan if m["rail"] == rail]
+        assert sorted(m["client"] for m in ring) == sorted(m["server"] for m in ring) == ["a", "b", "c", "h"]
+    assert plan[1]["server_ipv4"] == "192.168.100.3"
+
+
+def test_in_a_triangle_every_cable_is_measured_both_ways_over_its_own_rails():
+    t, roce = cluster({"h": ["192.168.100.1", "192.168.102.1"], "a": ["192.168.100.2", "192.168.101.1"],
+                       "b": ["192.168.102.2", "192.168.101.2"]}, "direct")
+    plan = bandwidth_plan("h", ["a", "b"], roce, t)
+    assert sorted((m["client"], m["rail"], m["server"], m["server_rail"], m["server_ipv4"]) for m in plan) == [
+        ("a", 0, "h", 0, "192.168.100.1"), ("a", 1, "b", 1, "192.168.101.2"), ("b", 0, "h", 1, "192.168.102.1"),
+        ("b", 1, "a", 1, "192.168.101.1"), ("h", 0, "a", 0, "192.168.100.2"), ("h", 1, "b", 0, "192.168.102.2")]
+
+
+def test_a_link_whose_ends_differ_in_mtu_is_named_once_with_both_ends():
+    t, roce = cluster({H: ["192.168.100.1", "192.168.101.1"], W: ["192.168.100.2", "192.168.101.2"]}, "direct")
+    mtus = {H: {"enp1s0f1np1": 9000, "enP2p1s0f1np1": 9000}, W: {"enp1s0f1np1": 9000, "enP2p1s0f1np1": 1500}}
+    plan = bandwidth_plan(H, [W], roce, t, mtus)
+    assert mtu_mismatches(plan) == [
+        "spark-head enP2p1s0f1np1 MTU 9000, spark-worker enP2p1s0f1np1 MTU 1500: expected the same MTU on both ends of the link"]
+    mtus[W]["enP2p1s0f1np1"] = 9000
+    assert mtu_mismatches(bandwidth_plan(H, [W], roce, t, mtus)) == []
 
 
 def measured(plan_pairs, slow_hosts, figure=13.1):

@@ -20,11 +20,11 @@ def cluster_topology(groups, hostvars, head_group="spark_head", worker_group="sp
         raise AnsibleFilterError(str(exc))
 
 
-def fanout_round(topology, holders, targets, refused=None):
+def fanout_round(topology, holders, targets, refused=None, fanout=True):
     """One round of the checkpoint fan-out (see module_utils/topology.py): {target: {source, source_addr, dest_addr}}."""
     if not isinstance(topology, dict) or "nodes" not in topology:
         raise AnsibleFilterError("fanout_round: the input is %r, expected the dgxspark_topology fact" % (type(topology).__name__,))
-    return _fanout_round(topology, list(holders or []), list(targets or []), refused or {})
+    return _fanout_round(topology, list(holders or []), list(targets or []), refused or {}, bool(fanout))
 
 
 class FilterModule(object):

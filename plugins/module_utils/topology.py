@@ -206,7 +206,7 @@ def cluster_topology(groups, hostvars, head_group="spark_head", worker_group="sp
     return topo
 
 
-def fanout_round(topo, holders, targets, refused=None):
+def fanout_round(topo, holders, targets, refused=None, fanout=True):
     """One round of the checkpoint fan-out: ``{target: {source, source_addr, dest_addr}}``.
 
     ``holders``: the nodes that hold a verified copy (the head always does); ``targets``: the nodes that do not yet.
@@ -218,6 +218,7 @@ def fanout_round(topo, holders, targets, refused=None):
     Holders are taken in rank order (the head first), targets in rank order; a holder serves a target only over a link
     they share (always behind a switch; in the direct shape, a cable). A target retried after a failure takes a holder
     it did not fail from when there is one, else the same holder again (a cable may be the only way in).
+    ``fanout=False`` is the head alone sending to every target at once (what a pair does; the benchmark's baseline).
     The addresses are the two ends of the first link between them: ``dest_addr`` is where the source sends,
     ``source_addr`` is what the target allows in (rsync daemon ``hosts allow``, authorized key ``from=``).
 
@@ -234,6 +235,8 @@ def fanout_round(topo, holders, targets, refused=None):
     order = list(topo["hosts"])
     rank = dict((h, i) for i, h in enumerate(order))
     holders = sorted(set(h for h in holders if h in rank), key=rank.get)
+    if not fanout:
+        holders = [h for h in holders if h == order[0]]
     targets = sorted(set(t for t in targets if t in rank and t not in holders), key=rank.get)
     busy = set()
     plan = {}
@@ -244,7 +247,8 @@ def fanout_round(topo, holders, targets, refused=None):
         pick = (fresh or reach or [None])[0]
         if pick is None:
             continue
-        busy.add(pick)
+        if fanout:
+            busy.add(pick)
         link = topo["nodes"][pick]["peers"][target][0]
         plan[target] = {"source": pick, "source_addr": link["local"], "dest_addr": link["remote"]}
     return plan

@@ -197,3 +197,9 @@ def test_fanout_nothing_to_do_and_a_pair_takes_at_most_two_rounds():
     t = topo.cluster_topology(*pair())
     assert topo.fanout_round(t, ["n0", "n1"], []) == {}
     assert topo.fanout_rounds(2) == 2 and topo.fanout_rounds(3) == 3 and topo.fanout_rounds(4) == 3
+
+
+def test_without_fanout_the_head_sends_to_every_worker_at_once():
+    t = topo.cluster_topology(*switch(4), shape="switch")
+    plan = topo.fanout_round(t, ["n0", "n1"], ["n2", "n3"], fanout=False)
+    assert dict((k, v["source"]) for k, v in plan.items()) == {"n2": "n0", "n3": "n0"}

@@ -21,7 +21,7 @@ import difflib
 import ipaddress
 import re
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.topology import SHAPES, topology_problems
+from ansible_collections.dgxspark.cluster.plugins.module_utils.topology import group_problems, prefix_ok, topology_problems
 
 RAILS_VAR = "dgxspark_fabric_rails"
 
@@ -110,22 +110,9 @@ def inventory_problems(groups, hostvars, play_hosts, head_group="spark_head", wo
     shape (``fabric_shape``: the subnets, which node reaches which) is topology.topology_problems', the code that
     derives the topology every role reads.
     """
-    problems = []
-    heads = list(groups.get(head_group, []) or [])
-    workers = [h for h in (groups.get(worker_group, []) or []) if h not in heads]
-    both = [h for h in (groups.get(worker_group, []) or []) if h in heads]
-    if len(heads) != 1:
-        problems.append("inventory: group %s has %d hosts (%s), expected exactly one head"
-                        % (head_group, len(heads), ", ".join(heads) or "none"))
-    if not workers:
-        problems.append("inventory: group %s has no hosts, expected at least one worker" % worker_group)
-    for host in both:
-        problems.append("%s: is in both %s and %s, expected one role per node" % (host, head_group, worker_group))
-    if not isinstance(fabric_prefix, int) or isinstance(fabric_prefix, bool) or not 8 <= fabric_prefix <= 30:
-        problems.append("inventory: dgxspark_fabric_prefix is %r, expected an integer between 8 and 30" % (fabric_prefix,))
-        fabric_prefix = 24
-    if fabric_shape not in SHAPES:
-        problems.append("inventory: dgxspark_fabric_shape is %r, expected one of %s" % (fabric_shape, ", ".join(SHAPES)))
+    problems, heads, workers = group_problems(groups, head_group, worker_group, fabric_shape, fabric_prefix)
+    if not prefix_ok(fabric_prefix):
+        fabric_prefix = 24  # the rails are still checked, against the usual /24
     seen = {}
     for host in heads + workers:
         if host not in play_hosts:

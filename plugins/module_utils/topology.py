@@ -133,9 +133,13 @@ def _switch_links(hosts, rails, problems):
     return links
 
 
-def topology_problems(groups, hostvars, head_group="spark_head", worker_group="spark_workers", shape="direct",
-                      fabric_prefix=24):
-    """(problems, topology): every problem with the cluster's shape as a message, and the topology when there is none."""
+def prefix_ok(fabric_prefix):
+    """Whether dgxspark_fabric_prefix is an integer between 8 and 30."""
+    return isinstance(fabric_prefix, int) and not isinstance(fabric_prefix, bool) and 8 <= fabric_prefix <= 30
+
+
+def group_problems(groups, head_group="spark_head", worker_group="spark_workers", shape="direct", fabric_prefix=24):
+    """(problems, heads, workers): the groups, the shape and the prefix, checked once for the inventory and the topology."""
     problems = []
     groups = groups if isinstance(groups, Mapping) else {}
     heads = list(groups.get(head_group) or [])
@@ -145,10 +149,19 @@ def topology_problems(groups, hostvars, head_group="spark_head", worker_group="s
                         % (head_group, len(heads), ", ".join(heads) or "none"))
     if not workers:
         problems.append("inventory: group %s has no hosts, expected at least one worker" % worker_group)
+    for host in [h for h in (groups.get(worker_group) or []) if h in heads]:
+        problems.append("%s: is in both %s and %s, expected one role per node" % (host, head_group, worker_group))
+    if not prefix_ok(fabric_prefix):
+        problems.append("inventory: dgxspark_fabric_prefix is %r, expected an integer between 8 and 30" % (fabric_prefix,))
     if shape not in SHAPES:
         problems.append("inventory: dgxspark_fabric_shape is %r, expected one of %s" % (shape, ", ".join(SHAPES)))
-    if not isinstance(fabric_prefix, int) or isinstance(fabric_prefix, bool) or not 8 <= fabric_prefix <= 30:
-        problems.append("inventory: dgxspark_fabric_prefix is %r, expected an integer between 8 and 30" % (fabric_prefix,))
+    return problems, heads, workers
+
+
+def topology_problems(groups, hostvars, head_group="spark_head", worker_group="spark_workers", shape="direct",
+                      fabric_prefix=24):
+    """(problems, topology): every problem with the cluster's shape as a message, and the topology when there is none."""
+    problems, heads, workers = group_problems(groups, head_group, worker_group, shape, fabric_prefix)
     if problems:
         return problems, None
     hosts = heads + workers

@@ -23,7 +23,7 @@ def cluster_topology(groups, hostvars, head_group="spark_head", worker_group="sp
 def fanout_round(topology, holders, targets, refused=None, fanout=True):
     """One round of the checkpoint fan-out (see module_utils/topology.py): {target: {source, source_addr, dest_addr}}."""
     if not isinstance(topology, dict) or "nodes" not in topology:
-        raise AnsibleFilterError("fanout_round: the input is %r, expected the dgxspark_topology fact" % (type(topology).__name__,))
+        raise AnsibleFilterError("fanout_round: the input is %r, expected the preflight_topology fact" % (type(topology).__name__,))
     return _fanout_round(topology, list(holders or []), list(targets or []), refused or {}, bool(fanout))
 
 

@@ -63,7 +63,7 @@ def vllm_layout_problems(knobs, nnodes, runtime_kind='container'):
 
 
 def vllm_topology(cluster, host):
-    """A host's role, node rank, node count and the master address, from dgxspark_topology (see vllm_cmd.topology)."""
+    """A host's role, node rank, node count and the master address, from preflight_topology (see vllm_cmd.topology)."""
     return vllm_cmd.topology(cluster, host)
 
 

@@ -96,7 +96,7 @@ def bandwidth_plan(head, workers, rails, topology=None, mtus=None):
     """The node-to-node measurements.
 
     ``rails``: ``{host: [{"netdev", "ipv4", "device", "indices": [...]}, ...]}`` (roce_gid_facts' rails, rail order).
-    ``topology``: the ``dgxspark_topology`` fact (plugins/module_utils/topology.py). With it, every link is measured in
+    ``topology``: the ``preflight_topology`` fact (plugins/module_utils/topology.py). With it, every link is measured in
     both directions: in the ``direct`` shape each cable (its two rails, whatever their indices); behind a ``switch``,
     per rail, a ring over the nodes in rank order (node k sends to node k+1), so every node's port to the switch is
     measured sending and receiving with N measurements per rail, not N*(N-1) (a throttled port is the fault: it shows

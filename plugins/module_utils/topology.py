@@ -4,7 +4,7 @@
 """The cluster's topology, derived once from the inventory (issue 28).
 
 Every role reads what :func:`cluster_topology` returns (the preflight play sets it as the fact
-``dgxspark_topology``; the filter ``dgxspark.cluster.cluster_topology`` computes it where a role runs on its own)
+``preflight_topology``; the filter ``dgxspark.cluster.cluster_topology`` computes it where a role runs on its own)
 instead of reading ``dgxspark_fabric_rails`` and the groups again.
 
 Nodes and ranks: the head is the one host of the head group (rank 0); the workers are ranks 1..N-1 in the order of

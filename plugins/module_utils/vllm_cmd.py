@@ -546,7 +546,7 @@ def _check_topology(role: Any, node_rank: Any, nnodes: Any, master_addr: Any) ->
         ipaddress.ip_address(_text(master_addr))
     except ValueError:
         raise VllmConfigError('master_addr is %s, expected the head\'s fabric IP address '
-                              '(dgxspark_topology.nodes[host].master_addr)' % _found(master_addr))
+                              '(preflight_topology.nodes[host].master_addr)' % _found(master_addr))
 
 
 def serve_argv(knobs: Optional[Mapping[str, Any]], role: Optional[str] = None, node_rank: Optional[int] = None,
@@ -713,7 +713,7 @@ def serve_env(knobs: Optional[Mapping[str, Any]], runtime_kind: str = 'container
 def topology(cluster: Mapping[str, Any], host: str) -> Dict[str, Any]:
     """A host's place in the cluster: role, node_rank, nnodes, master_addr, head and the hosts in rank order.
 
-    ``cluster`` is the topology the preflight derives once (the fact ``dgxspark_topology``,
+    ``cluster`` is the topology the preflight derives once (the fact ``preflight_topology``,
     ``plugins/module_utils/topology.py``): the head is rank 0, the workers 1..N in the order of their group, and
     master_addr is the head's address on the link this host reaches it over.
 
@@ -723,17 +723,17 @@ def topology(cluster: Mapping[str, Any], host: str) -> Dict[str, Any]:
     1
     """
     if not isinstance(cluster, Mapping) or not isinstance(cluster.get('nodes'), Mapping):
-        raise VllmConfigError('%s: dgxspark_topology is %s, expected the topology the preflight play derives '
+        raise VllmConfigError('%s: preflight_topology is %s, expected the topology the preflight play derives '
                               '(dgxspark.cluster.cluster_topology)' % (host, _found(cluster)))
     node = cluster['nodes'].get(host)
     if not isinstance(node, Mapping):
-        raise VllmConfigError('%s: is not a node of dgxspark_topology (%s), expected a serving node of the head or the '
+        raise VllmConfigError('%s: is not a node of preflight_topology (%s), expected a serving node of the head or the '
                               'worker group' % (host, ', '.join(cluster.get('hosts') or []) or 'none'))
     addr = node.get('master_addr')
     try:
         ipaddress.ip_address(_text(addr))
     except ValueError:
-        raise VllmConfigError('%s: dgxspark_topology.nodes[%s].master_addr is %s, expected the head\'s fabric IPv4 address '
+        raise VllmConfigError('%s: preflight_topology.nodes[%s].master_addr is %s, expected the head\'s fabric IPv4 address '
                               '(the vLLM rendezvous, --master-addr)' % (host, host, _found(addr)))
     return {'role': node.get('role'), 'node_rank': node.get('rank'), 'nnodes': cluster.get('nnodes'),
             'master_addr': _text(addr), 'head': cluster.get('head'), 'hosts': list(cluster.get('hosts') or [])}

@@ -28,7 +28,7 @@ def authorized_line(tmp_path, rrsync):
     out = tmp_path / "line"
     tasks = [
         {"name": "Give localhost the head's fabric address (the preflight's topology fact) and a key", "ansible.builtin.set_fact": {
-            "dgxspark_topology": {"nnodes": 2, "nodes": {"localhost": {"peers": {"localhost": [{"remote": "10.0.0.1"}]}}}},
+            "preflight_topology": {"nnodes": 2, "nodes": {"localhost": {"peers": {"localhost": [{"remote": "10.0.0.1"}]}}}},
             "__checkpoint_pubkey": {"stdout": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA test"}}},
         {"name": "Render the line", "ansible.builtin.copy": {"content": "{{ __checkpoint_authorized_text }}",
                                                              "dest": str(out)},

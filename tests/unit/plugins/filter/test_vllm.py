@@ -299,9 +299,9 @@ def test_in_a_triangle_each_worker_meets_the_head_on_its_own_cable():
 
 
 TOPOLOGY_CASES = [
-    ('not-a-node', 'laptop', 'laptop: is not a node of dgxspark_topology (spark-head, spark-worker), expected a serving node'),
-    ('no-topology', None, 'spark-worker: dgxspark_topology is None (NoneType), expected the topology the preflight play derives'),
-    ('bad-master', 'bad', "spark-worker: dgxspark_topology.nodes[spark-worker].master_addr is 'spark-head' (str), expected"),
+    ('not-a-node', 'laptop', 'laptop: is not a node of preflight_topology (spark-head, spark-worker), expected a serving node'),
+    ('no-topology', None, 'spark-worker: preflight_topology is None (NoneType), expected the topology the preflight play derives'),
+    ('bad-master', 'bad', "spark-worker: preflight_topology.nodes[spark-worker].master_addr is 'spark-head' (str), expected"),
 ]
 
 
@@ -563,7 +563,35 @@ def test_per_host_keys_match_the_nic_resolver():
 # ---------------------------------------------------------------------------- the filters
 
 def test_filters_are_registered():
-    assert set(FILTERS) == {'vllm_serve_argv', 'vllm_serve_warnings', 'vllm_serve_env', 'vllm_topology', 'vllm_api_problems', 'vllm_api_layout'}
+    assert set(FILTERS) == {'vllm_serve_argv', 'vllm_serve_warnings', 'vllm_serve_env', 'vllm_topology', 'vllm_api_problems', 'vllm_api_layout',
+                            'vllm_layout_problems'}
+
+
+@pytest.mark.parametrize('nodes, knobs, expected', [
+    (2, {}, []), (4, {}, []), (8, {}, []),
+    (3, {'runtime_vllm_attention_group_pad': True}, []),
+    (3, {}, ['tensor parallel 3 (3 nodes) does not divide the 8 attention groups of deepseek-ai/DeepSeek-V4-Flash-0731: stock vLLM would '
+             'compute 8 // 3 = 2 groups per rank and serve wrong answers without an error. Expected 2, 4 or 8 nodes; or, on 3 nodes, a '
+             "runtime that carries the attention-group pad (groups 8 -> 9, the DSpark recipe's start-tp3.sh) and "
+             'runtime_vllm_attention_group_pad: true']),
+    (6, {'runtime_vllm_attention_group_pad': True}, ['tensor parallel 6 (6 nodes) does not divide the 8 attention groups of '
+                                                     'deepseek-ai/DeepSeek-V4-Flash-0731: stock vLLM would compute 8 // 6 = 1 groups '
+                                                     'per rank and serve wrong answers without an error. Expected 2, 4 or 8 nodes '
+                                                     '(no public recipe serves this model on 6 nodes)']),
+    (3, {'runtime_vllm_model': 'org/other-model'}, []),
+    (3, {'runtime_vllm_model': '/srv/models/local'}, None),
+    (4, {'runtime_vllm_tensor_parallel_size': 2}, ['runtime_vllm_tensor_parallel_size is 2, expected 4: the number of nodes in the '
+                                                   'inventory (spark_head + spark_workers), one GB10 GPU each']),
+])
+def test_the_parallel_layout_fits_the_model_or_names_why(nodes, knobs, expected):
+    problems = FILTERS['vllm_layout_problems'](knobs, nodes)
+    if expected is None:  # a local directory is checked as the worst case: this model
+        assert problems and problems[0].startswith('tensor parallel 3 (3 nodes)')
+    else:
+        assert problems == expected
+    if problems:
+        with pytest.raises(AnsibleFilterError):
+            FILTERS['vllm_serve_argv'](knobs, role='head', node_rank=0, nnodes=nodes, master_addr=HEAD_IP)
 
 
 def test_filters_raise_ansible_filter_errors():
@@ -576,7 +604,7 @@ def test_filters_raise_ansible_filter_errors():
         FILTERS['vllm_serve_env']({'runtime_vllm_env': {'VLLM_API_KEY': 'x'}})
     with pytest.raises(AnsibleFilterError) as err:
         FILTERS['vllm_topology'](pair_cluster(), 'nowhere')
-    assert 'nowhere: is not a node of dgxspark_topology' in str(err.value)
+    assert 'nowhere: is not a node of preflight_topology' in str(err.value)
 
 
 def test_filters_return_what_module_utils_returns():

@@ -140,7 +140,7 @@ def simulate_fanout(t, holders, refuse_pairs=()):
     refused = {}
     rounds = []
     failed_once = set()
-    for _ in range(topo.fanout_rounds(t["nnodes"])):
+    while len(rounds) < topo.fanout_rounds(t["nnodes"]):
         targets = [h for h in t["hosts"] if h not in holders]
         plan = topo.fanout_round(t, holders, targets, refused)
         if not plan:

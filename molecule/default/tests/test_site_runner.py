@@ -111,6 +111,20 @@ def _other_subnet(inv, group_vars):
     workers[next(iter(workers))]["dgxspark_fabric_rails"] = [{"netdev": "enp1s0f1np1", "ipv4": "192.168.111.2"}]
 
 
+def _third_node(rails_by_host, shape, **more):
+    """A third node (never reached: the preflight stops before it connects) and each node's rails, in a shape."""
+    def edit(inv, group_vars):
+        heads, workers = _hosts(inv)
+        workers["spark-worker-third"] = {"ansible_host": "10.77.2.98"}
+        for host, addresses in rails_by_host.items():
+            node = heads.get(host) or workers[host]
+            node["dgxspark_fabric_rails"] = [{"netdev": ("enp1s0f1np1", "enP2p1s0f1np1")[i], "ipv4": a}
+                                             for i, a in enumerate(addresses)]
+        group_vars["dgxspark_fabric_shape"] = shape
+        group_vars.update(more)
+    return edit
+
+
 # (id, edit, words the failure message must contain)
 BAD_INVENTORY = [
     ("rails-not-a-list", _host_set("worker", "dgxspark_fabric_rails", "192.168.110.2"),
@@ -126,6 +140,14 @@ BAD_INVENTORY = [
                                     "spark-worker: reaches the head over no rail"]),
     ("shape-unknown", _set("all", "dgxspark_fabric_shape", "ring"), ["dgxspark_fabric_shape is 'ring', expected one of direct, switch"]),
     ("prefix-a-string", _set("all", "dgxspark_fabric_prefix", "24"), ["dgxspark_fabric_prefix"]),
+    # issue 28: three nodes behind a switch need the attention-group pad for TP=3; a triangle of cables is refused
+    ("three-nodes-tp3-without-pad", _third_node({"spark-worker-third": ["192.168.110.3", "192.168.115.3"]}, "switch"),
+     ["tensor parallel 3 (3 nodes) does not divide the 8 attention groups", "runtime_vllm_attention_group_pad"]),
+    ("three-nodes-direct-triangle", _third_node({"spark-head": ["192.168.110.1", "192.168.111.1"],
+                                                 "spark-worker": ["192.168.110.2", "192.168.112.1"],
+                                                 "spark-worker-third": ["192.168.111.2", "192.168.112.2"]}, "direct",
+                                                runtime_vllm_attention_group_pad=True),
+     ["dgxspark_fabric_shape is direct with 3 nodes", "Nothing was changed"]),
     ("bool-as-string", _set("all", "nic_reboot_ok", "yes"), ["nic_reboot_ok", "boolean"]),
     ("mtu-a-string", _set("all", "nic_mtu", "jumbo"), ["nic_mtu"]),
     # the roles' own checks (tasks/validate.yml), run by the preflight play

@@ -105,3 +105,14 @@ def test_the_fanout_ran_in_doubling_rounds_and_retried_the_refused_link_from_ano
     assert re.search(r"spark-worker3: from spark-worker: the sync failed", log), log[-3000:]
     assert "after a failed sync from spark-worker" in log
     assert not re.search(r"spark-worker: round", log), "spark-worker held its copy: it is no target"
+
+
+def test_the_rebooted_worker_serves_again_from_a_rank_started_after_its_boot(host, name):
+    started = int(host.check_output("systemctl show -p ExecMainStartTimestamp --value --timestamp=unix dgxspark-vllm").lstrip("@"))
+    boot = int(host.check_output("stat -c %Y /run/spark-sim/boot_id"))
+    assert started >= boot, "%s: the rank started before this boot" % name
+    log = os.path.join(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "after-reboot-run.log")
+    assert os.path.exists(log), "side_effect left no log of the run after the reboot"
+    with open(log, encoding="utf-8") as handle:
+        recap = handle.read().rsplit("PLAY RECAP", 1)[-1]
+    assert re.search(r"%s\s*:\s*ok=\d+\s+changed=\d+\s+unreachable=0\s+failed=0" % re.escape(name), recap), recap

@@ -5,7 +5,7 @@
 #   benchmarks/checkpoint_fanout.sh [-r RATE_MBIT] [-s SHARDS] [-b SHARD_BYTES] [-i INVENTORY] [--down]
 # Defaults: 80 Mbit/s, 8 shards of 32 MiB (268 MB: one copy ~27 s at the limit).
 # Times the checkpoint role's run onto three wiped workers twice: checkpoint_fanout=false (the head sends to all three
-# at once, its egress carries three copies) and true (doubling rounds: head -> w1, then head -> w2 and w1 -> w3), and a
+# at once, its egress carries three copies) and true (doubling rounds: head -> w1, then w1 -> w2 and head -> w3), and a
 # run with nothing to copy (the role's fixed cost). Exits 1 when the fan-out takes more than 0.75 of head-to-each.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

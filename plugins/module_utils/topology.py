@@ -226,9 +226,10 @@ def fanout_round(topo, holders, targets, refused=None, fanout=True):
     ``refused``: ``{target: [source, ...]}``, the sources a target's sync failed from in earlier rounds.
 
     Each holder sends to at most one target per round (its disk and its link carry one copy at a time, so every copy
-    runs at the link's full rate), so the holders double each round: head -> w1, then head -> w2 and w1 -> w3. With
+    runs at the link's full rate), so the holders double each round: head -> w1, then w1 -> w2 and head -> w3. With
     N-1 workers that is ceil(log2 N) rounds instead of N-1 copies out of the head (2 instead of 3 for four nodes).
-    Holders are taken in rank order (the head first), targets in rank order; a holder serves a target only over a link
+    Holders are taken workers first in rank order, the head last (it carries the download and serves the API; in the
+    first round it is the only holder), targets in rank order; a holder serves a target only over a link
     they share (always behind a switch; in the direct shape, a cable). A target retried after a failure takes a holder
     it did not fail from when there is one, else the same holder again (a cable may be the only way in).
     ``fanout=False`` is the head alone sending to every target at once (what a pair does; the benchmark's baseline).
@@ -240,14 +241,14 @@ def fanout_round(topo, holders, targets, refused=None, fanout=True):
     >>> sorted((t, p['source']) for t, p in fanout_round(topo, ['h'], ['a', 'b', 'c']).items())
     [('a', 'h')]
     >>> sorted((t, p['source']) for t, p in fanout_round(topo, ['h', 'a'], ['b', 'c']).items())
-    [('b', 'h'), ('c', 'a')]
-    >>> sorted((t, p['source']) for t, p in fanout_round(topo, ['h', 'a', 'b'], ['c'], {'c': ['h']}).items())
-    [('c', 'a')]
+    [('b', 'a'), ('c', 'h')]
+    >>> sorted((t, p['source']) for t, p in fanout_round(topo, ['h', 'a', 'b'], ['c'], {'c': ['a']}).items())
+    [('c', 'b')]
     """
     refused = refused if isinstance(refused, Mapping) else {}
     order = list(topo["hosts"])
     rank = dict((h, i) for i, h in enumerate(order))
-    holders = sorted(set(h for h in holders if h in rank), key=rank.get)
+    holders = sorted(set(h for h in holders if h in rank), key=lambda h: (h == order[0], rank[h]))
     if not fanout:
         holders = [h for h in holders if h == order[0]]
     targets = sorted(set(t for t in targets if t in rank and t not in holders), key=rank.get)

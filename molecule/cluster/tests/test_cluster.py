@@ -96,14 +96,17 @@ def test_every_copy_is_verified_and_identical(host, name):
     assert blobs == head_blobs
 
 
-def test_the_fanout_ran_in_doubling_rounds_and_retried_the_refused_link_from_another_holder():
+def test_the_fanout_sent_worker_to_worker_and_retried_the_refused_link_from_another_holder():
+    """Round 1: spark-worker (a holder) to spark-worker2, the head to spark-worker3 (refused: TCP reset on ssh);
+    round 2: spark-worker3 from a worker holding a verified copy, not the head again."""
     log = _fanout_log()
     rounds = re.findall(r"(spark-worker\d?): round (\d+) of the fan-out, from (\S+)", log)
-    assert ("spark-worker2", "1", "spark-head") in rounds and ("spark-worker3", "1", "spark-worker") in rounds, rounds
+    assert ("spark-worker2", "1", "spark-worker") in rounds and ("spark-worker3", "1", "spark-head") in rounds, rounds
     retried = [r for r in rounds if r[0] == "spark-worker3" and r[1] == "2"]
-    assert retried and retried[0][2] != "spark-worker", rounds
-    assert re.search(r"spark-worker3: from spark-worker: the sync failed", log), log[-3000:]
-    assert "after a failed sync from spark-worker" in log
+    assert retried and retried[0][2] in ("spark-worker", "spark-worker2"), rounds
+    assert re.search(r"spark-worker3: from spark-head: the sync failed", log), log[-3000:]
+    assert re.search(r"spark-worker2: from spark-worker: \S+\s+to 192\.168\.180\.3 over ssh", log), "no worker-to-worker copy"
+    assert "after a failed sync from spark-head" in log
     assert not re.search(r"spark-worker: round", log), "spark-worker held its copy: it is no target"
 
 

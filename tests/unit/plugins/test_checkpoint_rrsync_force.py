@@ -97,3 +97,27 @@ def test_rrsync_no_del_alone_lets_force_through(tmp_path):
     force = rrsync("--force").stderr
     # rrsync ran rsync --server --force (which then found no client on its stdin)
     assert "rrsync error" not in force and "disabled" not in force, force
+
+
+def test_every_sender_gets_a_line_of_its_own_from_its_link_address(tmp_path):
+    """The fan-out: a worker authorizes the head and the other workers, one line each (a real line break between them:
+    sshd reads one key per line), each from that sender's address on the link, each with the same restricted command."""
+    out = tmp_path / "lines"
+    keys = {"head": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA head", "w1": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB w1"}
+    tasks = [
+        {"name": "Two senders on two links", "ansible.builtin.set_fact": {
+            "preflight_topology": {"nnodes": 3, "nodes": {"localhost": {"peers": {
+                "localhost": [{"remote": "10.0.0.1"}], "other": [{"remote": "10.0.0.2"}]}}}},
+            "__checkpoint_pubkey": {"stdout": keys["head"]}}},
+        {"name": "The other sender and its key", "ansible.builtin.add_host": {
+            "name": "other", "__checkpoint_pubkey": {"stdout": keys["w1"]}}},
+        {"name": "Render the lines", "ansible.builtin.copy": {"content": "{{ __checkpoint_authorized_text }}", "dest": str(out)},
+         "vars": {"__checkpoint_my_sources": ["localhost", "other"], "__checkpoint_rrsync": "/usr/bin/rrsync"}},
+    ]
+    proc = roleplay.run_role_play(tmp_path, "checkpoint", tasks, {"ansible_python_interpreter": sys.executable})
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    lines = out.read_text().split("\n")
+    assert len(lines) == 2 and "\\n" not in out.read_text(), out.read_text()
+    assert lines[0].startswith('from="10.0.0.1",restrict,command="') and lines[0].endswith("AIA head")
+    assert lines[1].startswith('from="10.0.0.2",restrict,command="') and lines[1].endswith("AIB w1")
+    assert sshd_command(lines[0]) == sshd_command(lines[1])

@@ -97,7 +97,7 @@ def test_every_copy_is_verified_and_identical(host, name):
 
 
 def test_the_fanout_sent_worker_to_worker_and_retried_a_sync_cut_mid_way_from_another_holder():
-    """Round 1: spark-worker (a holder) to spark-worker2, the head to spark-worker3 (reset after its first megabyte:
+    """Round 1: spark-worker (a holder) to spark-worker2, the head to spark-worker3 (reset after its first 300 kB:
     it fails mid-way); round 2: spark-worker3 from a worker holding a verified copy, not the head again."""
     log = _fanout_log()
     rounds = re.findall(r"(spark-worker\d?): round (\d+) of the fan-out, from (\S+)", log)

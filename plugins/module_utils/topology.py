@@ -230,8 +230,9 @@ def fanout_round(topo, holders, targets, refused=None, fanout=True):
     N-1 workers that is ceil(log2 N) rounds instead of N-1 copies out of the head (2 instead of 3 for four nodes).
     Holders are taken workers first in rank order, the head last (it carries the download and serves the API; in the
     first round it is the only holder), targets in rank order; a holder serves a target only over a link
-    they share (always behind a switch; in the direct shape, a cable). A target retried after a failure takes a holder
-    it did not fail from when there is one, else the same holder again (a cable may be the only way in).
+    they share (always behind a switch; in the direct shape, a cable). A target whose sync failed is retried only from a
+    holder it did not fail from (a pair has none: its failed sync stops the run, as a timeout always did); a sync that
+    ran but left a copy to repair is not a failure, and its holder may send again.
     ``fanout=False`` is the head alone sending to every target at once (what a pair does; the benchmark's baseline).
     The addresses are the two ends of the first link between them: ``dest_addr`` is where the source sends,
     ``source_addr`` is what the target allows in (rsync daemon ``hosts allow``, authorized key ``from=``).
@@ -244,6 +245,8 @@ def fanout_round(topo, holders, targets, refused=None, fanout=True):
     [('b', 'a'), ('c', 'h')]
     >>> sorted((t, p['source']) for t, p in fanout_round(topo, ['h', 'a', 'b'], ['c'], {'c': ['a']}).items())
     [('c', 'b')]
+    >>> fanout_round(topo, ['h'], ['a'], {'a': ['h']})
+    {}
     """
     refused = refused if isinstance(refused, Mapping) else {}
     order = list(topo["hosts"])
@@ -256,9 +259,8 @@ def fanout_round(topo, holders, targets, refused=None, fanout=True):
     plan = {}
     for target in targets:
         failed = set(refused.get(target) or [])
-        reach = [h for h in holders if h not in busy and h in topo["nodes"][target]["peers"]]
-        fresh = [h for h in reach if h not in failed]
-        pick = (fresh or reach or [None])[0]
+        reach = [h for h in holders if h not in busy and h in topo["nodes"][target]["peers"] and h not in failed]
+        pick = (reach or [None])[0]
         if pick is None:
             continue
         if fanout:

@@ -44,11 +44,13 @@ gate_controllers() { "$repo/scripts/controller-newest.sh" gate ; }
 # 10, the check-mode run 9, the bad-input rows 8, the post-reboot run 7, the unreachable worker 4), service 63,
 # nic 38 + service_container 32, clock_cap 19 + checkpoint 30 + driver 22; beside them the newest controller's
 # sanity 9 and unit 12, pytest 6. The lanes are even: what is left to cut is work, not order.
-# The cluster scenario (issue 28: four nodes behind a switch, ~15 min) has a lane of its own: added to a lane it would
-# make that lane the gate's longest (~55 min), beside the others it adds only its share of the two cores.
-# Every scenario is in a lane: a scenario left out would be a test that never runs.
+# Every scenario but one is in a lane: a scenario left out is a test that never runs unless asked for.
+# The cluster scenario (issue 28: four nodes behind a switch) is that one, for now: in a fifth lane it passed in
+# 3061 s (gate of 2026-12-04 16:52, fresh clone) but pushed the whole gate past the 60-minute budget on two cores
+# (its converge of four nodes is the gate's largest). Run it with MOLECULE_SCENARIOS=cluster; it rejoins the lanes
+# once the gate has room (issue 28's note says what to cut).
 # MOLECULE_SCENARIOS="a b" runs those one after another instead (one lane).
-GATE_LANES=("default" "service" "nic service_container" "clock_cap checkpoint driver" "cluster")
+GATE_LANES=("default" "service" "nic service_container" "clock_cap checkpoint driver")
 # failures LOG: every failed task of the log (the last 8, each with 30 lines), rescued and ignored ones
 # included: a host that carried on without a failed one can push the cause out of the log's tail
 failures() {

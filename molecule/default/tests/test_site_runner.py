@@ -138,7 +138,8 @@ BAD_INVENTORY = [
     ("two-heads", _two_heads, ["spark_head has 2 hosts"]),
     ("two-subnets", _other_subnet, ["spark-head: rail 0 (enp1s0f1np1, 192.168.110.1) is on subnet 192.168.110.0/24, which no other node is on",
                                     "spark-worker: reaches the head over no rail"]),
-    ("shape-unknown", _set("all", "dgxspark_fabric_shape", "ring"), ["dgxspark_fabric_shape is 'ring', expected one of direct, switch"]),
+    # the preflight role's argument spec (choices) names it first, before the topology is derived
+    ("shape-unknown", _set("all", "dgxspark_fabric_shape", "ring"), ["dgxspark_fabric_shape must be one of: direct, switch, got: ring"]),
     ("prefix-a-string", _set("all", "dgxspark_fabric_prefix", "24"), ["dgxspark_fabric_prefix"]),
     # issue 28: three nodes behind a switch need the attention-group pad for TP=3; a triangle of cables is refused
     ("three-nodes-tp3-without-pad", _third_node({"spark-worker-third": ["192.168.110.3", "192.168.115.3"]}, "switch"),

@@ -200,7 +200,7 @@ def topology_problems(groups, hostvars, head_group="spark_head", worker_group="s
                        "from_head": rails[head][0]["ipv4"] if host == head else peers[host][head][0]["local"],
                        "peers": peers[host]}
     return [], {"shape": shape, "head": head, "hosts": hosts, "workers": hosts[1:], "nnodes": len(hosts),
-                "prefix": fabric_prefix, "links": links, "nodes": nodes}
+                "prefix": fabric_prefix, "links": links, "nodes": nodes, "fanout_rounds": fanout_rounds(len(hosts))}
 
 
 def cluster_topology(groups, hostvars, head_group="spark_head", worker_group="spark_workers", shape="direct",

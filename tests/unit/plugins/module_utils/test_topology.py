@@ -206,3 +206,9 @@ def test_without_fanout_the_head_sends_to_every_worker_at_once():
     t = topo.cluster_topology(*switch(4), shape="switch")
     plan = topo.fanout_round(t, ["n0", "n1"], ["n2", "n3"], fanout=False)
     assert dict((k, v["source"]) for k, v in plan.items()) == {"n2": "n0", "n3": "n0"}
+
+
+def test_the_topology_carries_the_fanout_rounds_the_checkpoint_role_loops_over():
+    assert topo.cluster_topology(*pair())["fanout_rounds"] == 2
+    assert topo.cluster_topology(*switch(4), shape="switch")["fanout_rounds"] == 3
+    assert topo.cluster_topology(*switch(8), shape="switch")["fanout_rounds"] == 4

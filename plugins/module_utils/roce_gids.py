@@ -711,7 +711,8 @@ def find_rails(entries: Sequence[GidEntry], fabric_ipv4: Iterable[str], roce_ver
 
 def build_nccl_env(entries: Sequence[GidEntry], fabric_ipv4: Iterable[str], roce_version: str = 'v2',
                    hca: Optional[Iterable[str]] = None, nccl_gid_auto: bool = False,
-                   socket_ifname: Optional[str] = None, port_states: Optional[PortStates] = None) -> Resolution:
+                   socket_ifname: Optional[str] = None, port_states: Optional[PortStates] = None,
+                   host_ip: Optional[str] = None) -> Resolution:
     """Table + fabric address(es) -> the NCCL / Gloo / vLLM environment of this host.
 
     * ``NCCL_IB_HCA``: ``=dev1,dev2`` (exact match; ``dev:port`` when the
@@ -734,7 +735,8 @@ def build_nccl_env(entries: Sequence[GidEntry], fabric_ipv4: Iterable[str], roce
       fabric subnet). Sources: sim/SOURCES.md, "vLLM stand-in: NCCL".
     * ``NCCL_SOCKET_IFNAME`` (exact form ``=netdev``), ``GLOO_SOCKET_IFNAME``,
       ``TP_SOCKET_IFNAME``: the netdev of the first rail (or ``socket_ifname``).
-    * ``VLLM_HOST_IP``: the first fabric address.
+    * ``VLLM_HOST_IP``: the first fabric address (or ``host_ip``: the node's address on the bootstrap network every
+      node reaches, with ``socket_ifname`` its netdev; a triangle of direct cables, plugins/module_utils/topology.py).
 
     ``port_states`` (``read_port_states``): ports that are not ACTIVE are skipped, as NCCL skips them.
     """
@@ -786,7 +788,7 @@ def build_nccl_env(entries: Sequence[GidEntry], fabric_ipv4: Iterable[str], roce
     env['NCCL_SOCKET_IFNAME'] = '=' + ifname
     env['GLOO_SOCKET_IFNAME'] = ifname
     env['TP_SOCKET_IFNAME'] = ifname
-    env['VLLM_HOST_IP'] = rails[0]['ipv4']
+    env['VLLM_HOST_IP'] = (host_ip or '').strip() or rails[0]['ipv4']
 
     picked = ', '.join('%s -> %s port %d (netdev %s) index %s' % (rail['ipv4'], rail['device'], rail['port'], rail['netdev'] or '-',
                                                                   '/'.join(str(i) for i in rail['indices'])) for rail in rails)

@@ -24,6 +24,13 @@ The rendezvous (``--master-addr``) of a node is the head's address on the first 
 node (rail 0 of the head on a switch, and for the head itself): in the direct shape the head has no one address
 that every worker reaches. ``from_head`` is the node's own address on that link: where the head sends to it (the
 checkpoint sync, the head's fabric ssh check).
+
+The TCP bootstrap (``VLLM_HOST_IP``, the socket interfaces of NCCL, Gloo and vLLM's TP group, ``--master-addr``)
+runs on rail 0 (``host_ip``, ``socket_netdev``), unless the nodes name a bootstrap network,
+``dgxspark_bootstrap: {netdev, ipv4}`` on every node: then on that one. Three Sparks cabled in a triangle need it:
+rail 0 of a node reaches one other node only, and every rank's bootstrap address must reach every other rank. The
+DSpark recipe's start-tp3.sh moves the bootstrap to the RJ45 LAN for that reason (``TP3_BOOTSTRAP_IFNAME``,
+default enP7s7, "the only L3 that reaches all three ranks"); RDMA stays on the rails.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -38,6 +45,7 @@ except ImportError:  # pragma: no cover - Python 2 is not supported by the colle
     Mapping = dict  # type: ignore
 
 RAILS_VAR = "dgxspark_fabric_rails"
+BOOTSTRAP_VAR = "dgxspark_bootstrap"
 SHAPES = ("direct", "switch")
 MAX_NODES = 8
 
@@ -78,6 +86,61 @@ def _rails(host, hvars, prefix, problems):
         net = ipaddress.IPv4Network(u"%s/%d" % (addr, prefix), strict=False)
         out.append({"index": idx, "netdev": netdev, "ipv4": _text(addr), "network": _text(net)})
     return out
+
+
+def _bootstrap(host, hvars, problems):
+    """{netdev, ipv4} of the node's bootstrap network, None when unset, False with the problem recorded."""
+    value = hvars.get(BOOTSTRAP_VAR) if isinstance(hvars, Mapping) else None
+    if value is None:
+        return None
+    netdev = value.get("netdev") if isinstance(value, Mapping) else None
+    if not isinstance(netdev, str) or not netdev.strip() or netdev.strip() == "lo":
+        problems.append("%s: %s.netdev is %r, expected the netdev of a network every node reaches (the RJ45 LAN, for "
+                        "example enP7s7; never lo: Gloo would bind 127.0.0.1)"
+                        % (host, BOOTSTRAP_VAR, netdev if isinstance(value, Mapping) else value))
+        return False
+    try:
+        addr = ipaddress.IPv4Address(_text(value.get("ipv4")))
+    except (ipaddress.AddressValueError, ValueError):
+        problems.append("%s: %s.ipv4 is %r, expected this node's IPv4 address on %s" % (host, BOOTSTRAP_VAR, value.get("ipv4"), netdev))
+        return False
+    if addr.is_loopback or addr.is_unspecified:
+        problems.append("%s: %s.ipv4 is %s, expected this node's address on %s that the other nodes reach"
+                        % (host, BOOTSTRAP_VAR, addr, netdev))
+        return False
+    return {"netdev": netdev.strip(), "ipv4": _text(addr)}
+
+
+def _bootstraps(hosts, hostvars, shape, rails, problems):
+    """{host: {netdev, ipv4}} when every node names its bootstrap network, {} when none does."""
+    found = dict((h, _bootstrap(h, hostvars[h] if h in hostvars else {}, problems)) for h in hosts)
+    named = [h for h in hosts if found[h]]
+    if any(v is False for v in found.values()):
+        return {}
+    if named and len(named) != len(hosts):
+        for host in hosts:
+            if not found[host]:
+                problems.append("%s: %s is not set, but %s set it: expected it on every node or on none"
+                                % (host, BOOTSTRAP_VAR, ", ".join(named)))
+        return {}
+    if not named and shape == "direct" and len(hosts) > 2:
+        for host in hosts:
+            problems.append("%s: %s is not set, expected {netdev, ipv4} of a network every node reaches (the RJ45 "
+                            "LAN): %d nodes on direct cables, rail 0 (%s) reaches one other node only, and the TCP "
+                            "bootstrap (VLLM_HOST_IP, the NCCL, Gloo and TP sockets) must reach every rank"
+                            % (host, BOOTSTRAP_VAR, len(hosts), rails[host][0]["netdev"]))
+        return {}
+    seen = {}
+    for host in named:
+        addr = found[host]["ipv4"]
+        if addr in seen:
+            problems.append("%s: %s.ipv4 %s is %s's too, expected an address of its own" % (host, BOOTSTRAP_VAR, addr, seen[addr]))
+        seen[addr] = host
+        fabric = set(r["ipv4"] for r in rails[host])
+        if addr in fabric:
+            problems.append("%s: %s.ipv4 %s is a fabric rail's address, expected the address on the network every node "
+                            "reaches (%s)" % (host, BOOTSTRAP_VAR, addr, found[host]["netdev"]))
+    return dict((h, found[h]) for h in named)
 
 
 def _link(a, ra, b, rb):
@@ -190,17 +253,25 @@ def topology_problems(groups, hostvars, head_group="spark_head", worker_group="s
                                    "cable" if shape == "direct" else "network"))
     if problems:
         return problems, None
+    boot = _bootstraps(hosts, hostvars, shape, rails, problems)
+    if problems:
+        return problems, None
     head = hosts[0]
     nodes = {}
     for rank, host in enumerate(hosts):
         # behind a switch the first link to the head is over rail 0: its rail 0 address, the same for every node
         master = rails[head][0]["ipv4"] if host == head else peers[host][head][0]["remote"]
         nodes[host] = {"rank": rank, "role": "head" if rank == 0 else "worker", "address": rails[host][0]["ipv4"],
-                       "netdev": rails[host][0]["netdev"], "rails": rails[host], "master_addr": master,
+                       "netdev": rails[host][0]["netdev"], "rails": rails[host],
+                       "master_addr": boot[head]["ipv4"] if boot else master,
+                       "host_ip": boot[host]["ipv4"] if boot else rails[host][0]["ipv4"],
+                       "socket_netdev": boot[host]["netdev"] if boot else rails[host][0]["netdev"],
+                       "bootstrap": boot.get(host),
                        "from_head": rails[head][0]["ipv4"] if host == head else peers[host][head][0]["local"],
                        "peers": peers[host]}
     return [], {"shape": shape, "head": head, "hosts": hosts, "workers": hosts[1:], "nnodes": len(hosts),
-                "prefix": fabric_prefix, "links": links, "nodes": nodes, "fanout_rounds": fanout_rounds(len(hosts))}
+                "prefix": fabric_prefix, "links": links, "nodes": nodes, "fanout_rounds": fanout_rounds(len(hosts)),
+                "bootstrap": bool(boot)}
 
 
 def cluster_topology(groups, hostvars, head_group="spark_head", worker_group="spark_workers", shape="direct",

@@ -90,7 +90,13 @@ options:
   socket_ifname:
     description:
       - Interface for C(NCCL_SOCKET_IFNAME), C(GLOO_SOCKET_IFNAME) and C(TP_SOCKET_IFNAME) instead of the netdev
-        of the first rail. Needed when the first rail has no netdev in the table.
+        of the first rail. Needed when the first rail has no netdev in the table, and for a bootstrap network
+        (O(host_ip)).
+    type: str
+  host_ip:
+    description:
+      - C(VLLM_HOST_IP) instead of the first fabric address, the node's address on O(socket_ifname), a network every
+        node reaches (three nodes on direct cables, where rail 0 reaches one other node only).
     type: str
 notes:
   - C(show_gids) is run with C(LC_ALL=C). If it exits non-zero the module warns and reads sysfs instead.
@@ -292,6 +298,7 @@ def main():
             hca=dict(type='list', elements='str'),
             nccl_gid_auto=dict(type='bool', default=False),
             socket_ifname=dict(type='str'),
+            host_ip=dict(type='str'),
         ),
         supports_check_mode=True,
     )
@@ -308,7 +315,7 @@ def main():
     try:
         resolution = build_nccl_env(entries, params['fabric_ipv4'], roce_version=params['roce_version'], hca=params['hca'],
                                     nccl_gid_auto=params['nccl_gid_auto'], socket_ifname=params['socket_ifname'],
-                                    port_states=port_states)
+                                    port_states=port_states, host_ip=params['host_ip'])
     except RoceGidError as exc:
         msg = exc.msg
         if source == 'sysfs' and not entries:

@@ -106,6 +106,8 @@ def parse_args(argv):
     parser.add_argument('--hca', action='append', default=[], metavar='DEV',
                         help='only consider this RDMA device (include list; NCCL\'s ^ exclude form is refused); repeatable')
     parser.add_argument('--socket-ifname', help='socket interface instead of the netdev of the first rail')
+    parser.add_argument('--host-ip', metavar='IP',
+                        help='VLLM_HOST_IP instead of the first fabric address (the address on --socket-ifname)')
     parser.add_argument('--wait', type=float, default=0.0, metavar='SECONDS',
                         help='keep retrying a failed resolution for up to this long (the fabric coming up after a boot); '
                              '0 = one attempt (default: %(default)s)')
@@ -170,6 +172,7 @@ def resolve_once(args):
     try:
         resolution = lib.build_nccl_env(entries, args.fabric_ipv4, roce_version=args.roce_version, hca=args.hca,
                                         nccl_gid_auto=args.nccl_gid_auto, socket_ifname=args.socket_ifname,
+                                        host_ip=args.host_ip,
                                         port_states=port_states)
     except lib.RoceGidError as exc:
         detail = ' Parser notes: %s' % '; '.join(problems[:5]) if problems else ''

@@ -39,8 +39,9 @@ def test_other_keys_and_the_nic_role_own_knobs_pass(tmp_path):
     assert proc.returncode != 0 and "runtime_vllm_env sets NCCL_SOCKET_NTHREADS, which" in " ".join(proc.stdout.split())
 
 
-def test_three_nodes_need_the_pad_and_a_switch(tmp_path):
-    """Issue 28: TP=3 without the attention-group pad stops; with it, a switch passes and a triangle of cables stops."""
+def test_three_nodes_need_the_pad(tmp_path):
+    """Issue 28: TP=3 without the attention-group pad stops; with it, a switch and a triangle of cables pass (the
+    triangle's bootstrap network is the topology's to require, test_topology.py)."""
     switch3 = {"preflight_topology": {"shape": "switch", "nnodes": 3}}
     proc = roleplay.run_role_play(tmp_path, "preflight", KNOBS, switch3)
     out = " ".join(proc.stdout.split())
@@ -49,7 +50,6 @@ def test_three_nodes_need_the_pad_and_a_switch(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     proc = roleplay.run_role_play(tmp_path, "preflight", KNOBS, {"preflight_topology": {"shape": "direct", "nnodes": 3},
                                                                  "runtime_vllm_attention_group_pad": True})
-    out = " ".join(proc.stdout.split())
-    assert proc.returncode != 0 and "dgxspark_fabric_shape is direct with 3 nodes" in out, out[-3000:]
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     proc = roleplay.run_role_play(tmp_path, "preflight", KNOBS, {"preflight_topology": {"shape": "switch", "nnodes": 4}})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]

@@ -69,10 +69,10 @@ def test_management_address_outside_the_subnet_is_named(tmp_path):
     assert "host spark-head: ansible_host 10.99.0.11 is outside spark_sim_mgmt_subnet 10.77.250.0/24" in proc.stderr
 
 
-def test_fabric_address_outside_the_rail_subnet_is_named(tmp_path):
+def test_fabric_address_outside_the_fabric_subnets_is_named(tmp_path):
     proc = sim(write_inventory(tmp_path, worker_fabric="192.168.99.2"), "status")
     assert proc.returncode == 1
-    assert "host spark-worker: rail 0 address 192.168.99.2 is outside spark_sim_fabric_subnets[0] 192.168.250.0/24" in proc.stderr
+    assert "host spark-worker: rail 0 address 192.168.99.2 is in none of spark_sim_fabric_subnets (192.168.250.0/24" in proc.stderr
 
 
 def test_no_docker_engine_says_how_to_start_one(tmp_path):

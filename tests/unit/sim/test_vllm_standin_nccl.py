@@ -78,6 +78,35 @@ def test_an_index_carrying_another_address_fails(tmp_path):
     assert nccl.init_problem(env(root, WORKER_IP, '5')) is None
 
 
+def test_vllm_host_ip_on_the_bootstrap_interface_passes_and_elsewhere_fails(tmp_path):
+    """A triangle of direct cables bootstraps on the LAN (the DSpark recipe's start-tp3.sh on real Sparks): VLLM_HOST_IP
+    is the node's address on NCCL_SOCKET_IFNAME, no GID carries it, and the GIDs are still checked."""
+    root = spark_tree(tmp_path, 'n', [WORKER_IP])
+    lan = {'enP7s7': ['192.168.1.12'], 'enp1s0f1np1': [WORKER_IP]}
+    seen = []
+
+    def addresses(ifname):
+        seen.append(ifname)
+        return lan.get(ifname, [])
+
+    assert nccl.init_problem(env(root, '192.168.1.12', NCCL_SOCKET_IFNAME='=enP7s7'), addresses=addresses) is None
+    assert seen == ['enP7s7']
+    # an address the node does not carry on that interface fails, naming both
+    problem = nccl.init_problem(env(root, '192.168.1.99', NCCL_SOCKET_IFNAME='=enP7s7'), addresses=addresses)
+    assert problem and 'not VLLM_HOST_IP 192.168.1.99' in problem and 'no address of NCCL_SOCKET_IFNAME =enP7s7' in problem
+    # a prefix or exclude list names no interface exactly: worst case, it does not count
+    assert nccl.init_problem(env(root, '192.168.1.12', NCCL_SOCKET_IFNAME='enP7'), addresses=addresses)
+    assert nccl.init_problem(env(root, '192.168.1.12', NCCL_SOCKET_IFNAME='^docker'), addresses=addresses)
+    # the LAN does not excuse a stale GID index
+    assert 'Invalid argument' in nccl.init_problem(env(root, '192.168.1.12', '7', NCCL_SOCKET_IFNAME='=enP7s7'),
+                                                   addresses=addresses)
+
+
+def test_interface_ipv4_reads_the_loopback_of_this_machine():
+    assert '127.0.0.1' in nccl.interface_ipv4('lo')
+    assert nccl.interface_ipv4('no-such-if0') == []
+
+
 def test_a_down_port_fails_even_with_its_gids(tmp_path):
     """A pulled cable keeps the GIDs while the address stays; NCCL uses ACTIVE ports only."""
     root = spark_tree(tmp_path, 'n', [], f0_ips=[WORKER_IP], f0_up=False)

@@ -49,7 +49,11 @@ device that is absent, or has no ACTIVE port, fails (real NCCL may fall back
 to sockets); the GID used (given or selected) must be a RoCE v<N> IPv4-mapped
 GID on an ACTIVE port, and ``VLLM_HOST_IP`` (the rank's primary fabric
 address) must be carried by one of the devices' GIDs (the primary rail's
-device; a second rail carries its own address). It checks nothing when
+device; a second rail carries its own address), unless it is an address of
+the interface the TCP bootstrap runs on (``NCCL_SOCKET_IFNAME``, exact form
+``=netdev``): three Sparks on direct cables bootstrap on the RJ45 LAN with
+RDMA on the rails, as the DSpark recipe's start-tp3.sh runs them on real
+Sparks (sim/SOURCES.md, "VLLM_HOST_IP on the bootstrap network"). It checks nothing when
 ``NCCL_IB_HCA`` is unset, ``NCCL_IB_DISABLE=1`` or ``NCCL_NET`` names another
 transport (no RoCE in play).
 """
@@ -59,6 +63,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
+import subprocess
 from typing import Dict, List, Mapping, Optional, Tuple
 
 DEFAULT_SYSFS = '/var/lib/spark-sim/sys'
@@ -294,8 +299,37 @@ def select_gid_index(port_dir: str, env: Mapping[str, str]) -> int:
     return index
 
 
-def init_problem(env: Mapping[str, str], root: Optional[str] = None) -> Optional[str]:
-    """NCCL's IB init failure for this rank's environment (the "Last error" line), or None when it would come up."""
+def interface_ipv4(ifname: str) -> List[str]:
+    """The IPv4 addresses of one interface of this node (``ip -o -4 addr show dev IF``), [] when it has none."""
+    try:
+        proc = subprocess.run(['ip', '-o', '-4', 'addr', 'show', 'dev', ifname], capture_output=True, text=True,
+                              check=False, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    found = []
+    for line in proc.stdout.splitlines() if proc.returncode == 0 else []:
+        words = line.split()
+        if 'inet' in words and words.index('inet') + 1 < len(words):
+            found.append(words[words.index('inet') + 1].split('/')[0])
+    return found
+
+
+def socket_addresses(env: Mapping[str, str], addresses=interface_ipv4) -> List[str]:
+    """The addresses of the interfaces NCCL_SOCKET_IFNAME names exactly (``=a,b``); [] for a prefix or exclude list."""
+    value = env.get('NCCL_SOCKET_IFNAME', '').strip()
+    if not value.startswith('='):
+        return []
+    found: List[str] = []
+    for name in value[1:].split(','):
+        if name.strip():
+            found.extend(addresses(name.strip()))
+    return found
+
+
+def init_problem(env: Mapping[str, str], root: Optional[str] = None, addresses=interface_ipv4) -> Optional[str]:
+    """NCCL's IB init failure for this rank's environment (the "Last error" line), or None when it would come up.
+
+    ``addresses``: how an interface's IPv4 addresses are read (tests give their own)."""
     hca = env.get('NCCL_IB_HCA', '').strip()
     if not hca or env.get('NCCL_IB_DISABLE', '').strip() == '1':
         return None
@@ -342,10 +376,11 @@ def init_problem(env: Mapping[str, str], root: Optional[str] = None) -> Optional
                         % (device, port, index, gid, kind or 'no type', ', ' + ndev if ndev else '', version, how))
             carried.append(address)
             used.append('%s port %d index %d' % (device, port, index))
-    if host_ip and host_ip not in carried:
+    if host_ip and host_ip not in carried and host_ip not in socket_addresses(env, addresses):
         return ('NET/IB : ibv_modify_qp failed with 22 Invalid argument: the GIDs used (%s) carry %s, not '
-                'VLLM_HOST_IP %s (the peer cannot reach this rank); %s: stale or wrong for this node'
-                % (', '.join(used), ', '.join(carried), host_ip, how))
+                'VLLM_HOST_IP %s (the peer cannot reach this rank), and it is no address of NCCL_SOCKET_IFNAME %s; '
+                '%s: stale or wrong for this node'
+                % (', '.join(used), ', '.join(carried), host_ip, env.get('NCCL_SOCKET_IFNAME', '(unset)'), how))
     return None
 
 

@@ -287,15 +287,19 @@ def test_workers_are_ranked_in_inventory_order_and_tp_follows():
     assert flag(argv, '--master-addr') == '192.168.100.1'
 
 
-def test_in_a_triangle_each_worker_meets_the_head_on_its_own_cable():
+def test_in_a_triangle_every_rank_meets_the_head_on_the_bootstrap_network():
+    """Rail 0 of the head reaches one worker only: the rendezvous is the head's address on the LAN every node reaches
+    (dgxspark_bootstrap; the DSpark recipe's start-tp3.sh TP3_BOOTSTRAP_IFNAME)."""
     groups = {'spark_head': ['a'], 'spark_workers': ['b', 'c']}
     hostvars = {'a': {'dgxspark_fabric_rails': [{'netdev': 'r0', 'ipv4': '192.168.100.1'}, {'netdev': 'r1', 'ipv4': '192.168.102.1'}]},
                 'b': {'dgxspark_fabric_rails': [{'netdev': 'r0', 'ipv4': '192.168.100.2'}, {'netdev': 'r1', 'ipv4': '192.168.101.1'}]},
                 'c': {'dgxspark_fabric_rails': [{'netdev': 'r0', 'ipv4': '192.168.102.2'}, {'netdev': 'r1', 'ipv4': '192.168.101.2'}]}}
+    for i, host in enumerate('abc'):
+        hostvars[host]['dgxspark_bootstrap'] = {'netdev': 'enP7s7', 'ipv4': '192.168.1.%d' % (11 + i)}
     cluster = cluster_topology(groups, hostvars)
     padded = {'runtime_vllm_attention_group_pad': True}  # TP=3 serves only with the attention-group pad
-    assert flag(serve_argv(padded, topology=topology(cluster, 'b')), '--master-addr') == '192.168.100.1'
-    assert flag(serve_argv(padded, topology=topology(cluster, 'c')), '--master-addr') == '192.168.102.1'
+    assert flag(serve_argv(padded, topology=topology(cluster, 'b')), '--master-addr') == '192.168.1.11'
+    assert flag(serve_argv(padded, topology=topology(cluster, 'c')), '--master-addr') == '192.168.1.11'
 
 
 TOPOLOGY_CASES = [

@@ -41,6 +41,9 @@ def cluster(addrs, shape):
     hosts = list(addrs)
     hvars = dict((h, {"dgxspark_fabric_rails": [{"netdev": ("enp1s0f1np1", "enP2p1s0f1np1")[i], "ipv4": a}
                                                 for i, a in enumerate(v)]}) for h, v in addrs.items())
+    if shape == "direct" and len(hosts) > 2:  # a triangle bootstraps on the LAN (topology.py)
+        for i, h in enumerate(hosts):
+            hvars[h]["dgxspark_bootstrap"] = {"netdev": "enP7s7", "ipv4": "192.168.1.%d" % (11 + i)}
     t = topo.cluster_topology({"spark_head": hosts[:1], "spark_workers": hosts[1:]}, hvars, shape=shape)
     roce = dict((h, [{"netdev": r["netdev"], "ipv4": r["ipv4"], "device": ("rocep1s0f1", "roceP2p1s0f1")[r["index"]],
                       "indices": [3]} for r in t["nodes"][h]["rails"]]) for h in hosts)

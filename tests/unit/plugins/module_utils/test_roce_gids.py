@@ -542,6 +542,15 @@ def test_rail_without_netdev_needs_socket_ifname():
     assert (env['NCCL_SOCKET_IFNAME'], env['GLOO_SOCKET_IFNAME']) == ('=eth9', 'eth9')
 
 
+def test_a_bootstrap_network_moves_the_sockets_and_vllm_host_ip_not_the_hcas():
+    entries = [dict(device='rocep1s0f1', port=1, index=3, gid=mapped('192.168.100.1'), ipv4='192.168.100.1', version='v2',
+                    netdev='enp1s0f1np1')]
+    env = rg.build_nccl_env(entries, ['192.168.100.1'], socket_ifname='enP7s7', host_ip='192.168.1.11')['env']
+    assert (env['NCCL_SOCKET_IFNAME'], env['TP_SOCKET_IFNAME'], env['VLLM_HOST_IP']) == ('=enP7s7', 'enP7s7', '192.168.1.11')
+    assert (env['NCCL_IB_HCA'], env['NCCL_IB_GID_INDEX']) == ('=rocep1s0f1', '3')
+    assert rg.build_nccl_env(entries, ['192.168.100.1'])['env']['VLLM_HOST_IP'] == '192.168.100.1'
+
+
 @pytest.mark.parametrize('fabric, match', [
     ([], 'fabric_ipv4 is empty'),
     (['10.0.0.256'], 'not an IPv4 address'),

@@ -23,11 +23,16 @@ def pair():
     return groups(2), {"n0": rails("192.168.100.1", "192.168.105.1"), "n1": rails("192.168.100.2", "192.168.105.2")}
 
 
-def triangle():
-    """The DSpark recipe's 3-node cabling: every Spark's two cages go to the two others, one /24 per cable."""
-    return groups(3), {"n0": rails("192.168.100.1", "192.168.102.1"),
-                       "n1": rails("192.168.100.2", "192.168.101.1"),
-                       "n2": rails("192.168.102.2", "192.168.101.2")}
+def triangle(bootstrap=True):
+    """The DSpark recipe's 3-node cabling: every Spark's two cages go to the two others, one /24 per cable; the TCP
+    bootstrap on the RJ45 LAN (start-tp3.sh: TP3_BOOTSTRAP_IFNAME, enP7s7, 192.168.1.0/24)."""
+    hostvars = {"n0": rails("192.168.100.1", "192.168.102.1"),
+                "n1": rails("192.168.100.2", "192.168.101.1"),
+                "n2": rails("192.168.102.2", "192.168.101.2")}
+    if bootstrap:
+        for i, host in enumerate(sorted(hostvars)):
+            hostvars[host]["dgxspark_bootstrap"] = {"netdev": "enP7s7", "ipv4": "192.168.1.%d" % (11 + i)}
+    return groups(3), hostvars
 
 
 def switch(n):
@@ -56,12 +61,51 @@ def test_the_same_pair_behind_a_switch_derives_the_same_links():
 def test_a_triangle_reaches_the_head_over_a_different_cable_from_each_worker():
     t = topo.cluster_topology(*triangle())
     assert len(t["links"]) == 3
-    assert t["nodes"]["n1"]["master_addr"] == "192.168.100.1" and t["nodes"]["n1"]["from_head"] == "192.168.100.2"
-    assert t["nodes"]["n2"]["master_addr"] == "192.168.102.1" and t["nodes"]["n2"]["from_head"] == "192.168.102.2"
+    assert t["nodes"]["n1"]["from_head"] == "192.168.100.2" and t["nodes"]["n1"]["peers"]["n0"][0]["remote"] == "192.168.100.1"
+    assert t["nodes"]["n2"]["from_head"] == "192.168.102.2" and t["nodes"]["n2"]["peers"]["n0"][0]["remote"] == "192.168.102.1"
     # the workers' own cable, rail 1 of n1 to rail 1 of n2
     expected = [{"rail": 1, "netdev": RAIL1, "local": "192.168.101.1", "remote": "192.168.101.2",
                  "peer_rail": 1, "network": "192.168.101.0/24"}]
     assert t["nodes"]["n1"]["peers"]["n2"] == expected
+
+
+def test_a_triangle_bootstraps_on_the_lan_every_node_reaches_and_a_pair_on_rail_0():
+    t = topo.cluster_topology(*triangle())
+    assert t["bootstrap"] is True
+    for i, host in enumerate(["n0", "n1", "n2"]):
+        node = t["nodes"][host]
+        # every rank meets the head at its LAN address, advertises its own, and binds its sockets there
+        assert (node["master_addr"], node["host_ip"], node["socket_netdev"]) == (
+            "192.168.1.11", "192.168.1.%d" % (11 + i), "enP7s7")
+        assert node["bootstrap"] == {"netdev": "enP7s7", "ipv4": "192.168.1.%d" % (11 + i)}
+    # the checkpoint still goes over the cable to each worker
+    assert t["nodes"]["n2"]["from_head"] == "192.168.102.2"
+    p = topo.cluster_topology(*pair())
+    assert p["bootstrap"] is False and p["nodes"]["n1"]["bootstrap"] is None
+    assert (p["nodes"]["n1"]["host_ip"], p["nodes"]["n1"]["socket_netdev"]) == ("192.168.100.2", RAIL0)
+
+
+def test_a_triangle_without_a_bootstrap_network_names_every_host_and_the_variable():
+    problems, t = topo.topology_problems(*triangle(bootstrap=False))
+    assert t is None and len(problems) == 3
+    assert all("dgxspark_bootstrap is not set" in p and "reaches one other node only" in p for p in problems), problems
+    assert [p.split(":")[0] for p in problems] == ["n0", "n1", "n2"]
+
+
+@pytest.mark.parametrize("change, words", [
+    (lambda hv: hv["n2"].pop("dgxspark_bootstrap"), "n2: dgxspark_bootstrap is not set, but n0, n1 set it"),
+    (lambda hv: hv["n1"].update(dgxspark_bootstrap={"netdev": "lo", "ipv4": "10.0.0.2"}), "n1: dgxspark_bootstrap.netdev is 'lo'"),
+    (lambda hv: hv["n1"].update(dgxspark_bootstrap={"netdev": "enP7s7", "ipv4": "127.0.0.1"}), "n1: dgxspark_bootstrap.ipv4 is 127.0.0.1"),
+    (lambda hv: hv["n1"].update(dgxspark_bootstrap={"netdev": "enP7s7", "ipv4": "nope"}), "n1: dgxspark_bootstrap.ipv4 is 'nope'"),
+    (lambda hv: hv["n1"].update(dgxspark_bootstrap="enP7s7"), "n1: dgxspark_bootstrap.netdev is 'enP7s7'"),
+    (lambda hv: hv["n2"]["dgxspark_bootstrap"].update(ipv4="192.168.1.11"), "n2: dgxspark_bootstrap.ipv4 192.168.1.11 is n0's too"),
+    (lambda hv: hv["n2"]["dgxspark_bootstrap"].update(ipv4="192.168.102.2"), "n2: dgxspark_bootstrap.ipv4 192.168.102.2 is a fabric"),
+])
+def test_a_bad_bootstrap_network_is_named(change, words):
+    grp, hostvars = triangle()
+    change(hostvars)
+    problems, t = topo.topology_problems(grp, hostvars)
+    assert t is None and any(words in p for p in problems), problems
 
 
 @pytest.mark.parametrize("n", [2, 3, 4, 8])

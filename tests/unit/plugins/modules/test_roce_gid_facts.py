@@ -133,6 +133,10 @@ CASES = [
     dict(id='socket_ifname override', args=dict(fabric_ipv4=[IP0], socket_ifname='enp1s0f1np1'), show_gids=None, sysfs=spark_rows(),
          expect=dict(source='sysfs', env={'NCCL_SOCKET_IFNAME': '=enp1s0f1np1', 'GLOO_SOCKET_IFNAME': 'enp1s0f1np1',
                                           'TP_SOCKET_IFNAME': 'enp1s0f1np1'})),
+    dict(id='bootstrap network (a triangle)', args=dict(fabric_ipv4=[IP0], socket_ifname='enP7s7', host_ip='192.168.1.11'),
+         show_gids=None, sysfs=spark_rows(),
+         expect=dict(source='sysfs', env={'NCCL_SOCKET_IFNAME': '=enP7s7', 'GLOO_SOCKET_IFNAME': 'enP7s7',
+                                          'TP_SOCKET_IFNAME': 'enP7s7', 'VLLM_HOST_IP': '192.168.1.11'})),
     dict(id='bad fabric_ipv4', args=dict(fabric_ipv4=['spark-01']), show_gids=None, sysfs=spark_rows(),
          expect=dict(failed=True, msg=["'spark-01' is not an IPv4 address"])),
     dict(id='redacted gid reported', args=dict(fabric_ipv4=[IP0]), show_gids=None, sysfs=None,
@@ -201,7 +205,7 @@ def test_module(case, check_mode, tmp_path):
         assert any(expect['problem'] in problem for problem in result['problems']), result['problems']
     rows = facts['roce_gids']
     assert rows and all(set(row) == {'device', 'port', 'index', 'gid', 'ipv4', 'version', 'netdev'} for row in rows)
-    assert result['rails'][0]['ipv4'] == env['VLLM_HOST_IP']
+    assert (args.get('host_ip') or result['rails'][0]['ipv4']) == env['VLLM_HOST_IP']
 
 
 def test_sysfs_table_equals_show_gids_table(tmp_path):

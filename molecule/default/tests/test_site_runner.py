@@ -125,6 +125,15 @@ def _third_node(rails_by_host, shape, **more):
     return edit
 
 
+def _bootstrap(head_ipv4, worker_ipv4):
+    """Both nodes name their LAN (the management network, eth0 in the sim) as the bootstrap network."""
+    def edit(inv, group_vars):
+        heads, workers = _hosts(inv)
+        heads[next(iter(heads))]["dgxspark_bootstrap"] = {"netdev": "eth0", "ipv4": head_ipv4}
+        workers[next(iter(workers))]["dgxspark_bootstrap"] = {"netdev": "eth0", "ipv4": worker_ipv4}
+    return edit
+
+
 # (id, edit, words the failure message must contain)
 BAD_INVENTORY = [
     ("rails-not-a-list", _host_set("worker", "dgxspark_fabric_rails", "192.168.110.2"),
@@ -141,14 +150,18 @@ BAD_INVENTORY = [
     # the preflight role's argument spec (choices) names it first, before the topology is derived
     ("shape-unknown", _set("all", "dgxspark_fabric_shape", "ring"), ["dgxspark_fabric_shape must be one of: direct, switch, got: ring"]),
     ("prefix-a-string", _set("all", "dgxspark_fabric_prefix", "24"), ["dgxspark_fabric_prefix"]),
-    # issue 28: three nodes behind a switch need the attention-group pad for TP=3; a triangle of cables is refused
+    # issue 28: three nodes behind a switch need the attention-group pad for TP=3; a triangle of cables needs a
+    # bootstrap network every node reaches
     ("three-nodes-tp3-without-pad", _third_node({"spark-worker-third": ["192.168.110.3", "192.168.115.3"]}, "switch"),
      ["tensor parallel 3 (3 nodes) does not divide the 8 attention groups", "runtime_vllm_attention_group_pad"]),
     ("three-nodes-direct-triangle", _third_node({"spark-head": ["192.168.110.1", "192.168.111.1"],
                                                  "spark-worker": ["192.168.110.2", "192.168.112.1"],
                                                  "spark-worker-third": ["192.168.111.2", "192.168.112.2"]}, "direct",
                                                 runtime_vllm_attention_group_pad=True),
-     ["dgxspark_fabric_shape is direct with 3 nodes", "Nothing was changed"]),
+     ["spark-head: dgxspark_bootstrap is not set", "reaches one other node only", "VLLM_HOST_IP"]),
+    # the live check of the bootstrap network: a node that does not carry the address it names
+    ("bootstrap-address-not-carried", _bootstrap("10.77.2.11", "10.77.2.97"),
+     ["spark-worker: dgxspark_bootstrap is eth0 10.77.2.97", "eth0 carries 10.77.2.12", "Nothing was changed"]),
     ("bool-as-string", _set("all", "nic_reboot_ok", "yes"), ["nic_reboot_ok", "boolean"]),
     ("mtu-a-string", _set("all", "nic_mtu", "jumbo"), ["nic_mtu"]),
     # the roles' own checks (tasks/validate.yml), run by the preflight play

@@ -126,11 +126,11 @@ def _third_node(rails_by_host, shape, **more):
 
 
 def _bootstrap(head_ipv4, worker_ipv4):
-    """Both nodes name their LAN (the management network, eth0 in the sim) as the bootstrap network."""
+    """Both nodes name their LAN (the management network: enP7s7, the RJ45 port) as the bootstrap network."""
     def edit(inv, group_vars):
         heads, workers = _hosts(inv)
-        heads[next(iter(heads))]["dgxspark_bootstrap"] = {"netdev": "eth0", "ipv4": head_ipv4}
-        workers[next(iter(workers))]["dgxspark_bootstrap"] = {"netdev": "eth0", "ipv4": worker_ipv4}
+        heads[next(iter(heads))]["dgxspark_bootstrap"] = {"netdev": "enP7s7", "ipv4": head_ipv4}
+        workers[next(iter(workers))]["dgxspark_bootstrap"] = {"netdev": "enP7s7", "ipv4": worker_ipv4}
     return edit
 
 
@@ -161,7 +161,7 @@ BAD_INVENTORY = [
      ["spark-head: dgxspark_bootstrap is not set", "reaches one other node only", "VLLM_HOST_IP"]),
     # the live check of the bootstrap network: a node that does not carry the address it names
     ("bootstrap-address-not-carried", _bootstrap("10.77.2.11", "10.77.2.97"),
-     ["spark-worker: dgxspark_bootstrap is eth0 10.77.2.97", "eth0 carries 10.77.2.12", "Nothing was changed"]),
+     ["spark-worker: dgxspark_bootstrap is enP7s7 10.77.2.97", "enP7s7 carries 10.77.2.12", "Nothing was changed"]),
     ("bool-as-string", _set("all", "nic_reboot_ok", "yes"), ["nic_reboot_ok", "boolean"]),
     ("mtu-a-string", _set("all", "nic_mtu", "jumbo"), ["nic_mtu"]),
     # the roles' own checks (tasks/validate.yml), run by the preflight play

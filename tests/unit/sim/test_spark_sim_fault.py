@@ -101,3 +101,40 @@ def test_no_network_after_reboot_downs_only_the_management_link(monkeypatch, tmp
     assert boot.management_down(state) == [] and calls == []
     state["boot"]["count"], state["faults"]["no_network_after_reboot"] = 3, False
     assert boot.management_down(state) == [] and calls == []
+
+
+def test_the_management_link_takes_the_spark_lan_name_with_its_routes(monkeypatch):
+    """boot.name_management_link: docker names links in the order it attaches networks (the management link was
+    eth2 after a restart in the gate of 2026-12-04), so the boot renames the one link without a fabric address to
+    enP7s7 (the Spark's RJ45 port) and puts back its routes other than the kernel's own."""
+    lib = str(Path(__file__).resolve().parents[3] / "sim" / "node" / "usr" / "lib" / "spark-sim")
+    if lib not in sys.path:
+        sys.path.insert(0, lib)
+    from sparksim import boot, rdma
+    state = {"hostname": "spark-worker", "boot": {"count": 2}, "faults": {},
+             "hcas": rdma.default_hcas("spark-worker", [{"netdev": "enp1s0f1np1", "ipv4": "192.168.100.2"}])}
+    links = [{"ifname": "lo", "addr_info": [{"local": "127.0.0.1"}]},
+             {"ifname": "enp1s0f1np1", "addr_info": [{"local": "192.168.100.2"}]},
+             {"ifname": "eth2", "addr_info": [{"local": "10.77.2.12"}]}]
+    calls = []
+    monkeypatch.setattr(boot, "_ip_json", lambda *args: links)
+
+    def run(argv, check, **kwargs):
+        calls.append(argv)
+        if argv[:3] == ["ip", "route", "show"]:
+            return subprocess.CompletedProcess(argv, 0, "default via 10.77.2.254\n10.77.2.0/24 proto kernel scope link "
+                                                        "src 10.77.2.12\n", "")
+        return subprocess.CompletedProcess(argv, 0, "", "")
+    monkeypatch.setattr(boot.subprocess, "run", run)
+    assert boot.name_management_link(state) == ["renamed eth2 to enP7s7 (10.77.2.12, the management link)"]
+    assert calls == [["ip", "route", "show", "dev", "eth2"],
+                     ["ip", "link", "set", "dev", "eth2", "down"],
+                     ["ip", "link", "set", "dev", "eth2", "name", "enP7s7"],
+                     ["ip", "link", "set", "dev", "enP7s7", "up"],
+                     ["ip", "route", "replace", "default", "via", "10.77.2.254", "dev", "enP7s7"]]
+    calls.clear()
+    links[2]["ifname"] = "enP7s7"                 # already named: nothing to do
+    assert boot.name_management_link(state) == [] and calls == []
+    links[2]["ifname"] = "eth2"
+    links.append({"ifname": "eth3", "addr_info": [{"local": "172.16.0.2"}]})   # two candidates: none is guessed
+    assert boot.name_management_link(state) == [] and calls == []

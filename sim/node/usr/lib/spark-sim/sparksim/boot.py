@@ -18,6 +18,10 @@ from . import gpu, kernel, rdma, state as statefile
 
 BOOT_ID_PATH = "/run/spark-sim/boot_id"
 DEFAULT_ROUTE_PATH = "/run/spark-sim/default-route"   # the default route a management link took down with it
+# The Spark's RJ45 port (Realtek, PCIe domain 7): the name DGX OS gives the management link. Docker names a
+# container's links eth0, eth1, ... in the order it attaches its networks, which is not the order they were
+# connected and can change at every start; the boot gives the management link its real, stable name.
+MANAGEMENT_NETDEV = "enP7s7"
 
 
 def init_state(hostname: str, rails: list[dict[str, Any]], options: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -87,6 +91,33 @@ def configure_links(state: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _fabric_ipv4s(state: dict[str, Any]) -> set[str]:
+    return {ip for hca in state.get("hcas", []) for port in hca.get("ports", [])
+            for ip, _v1, _v2 in rdma.ipv4_pairs_of(port.get("gids", []))}
+
+
+def name_management_link(state: dict[str, Any]) -> list[str]:
+    """Rename the management link (the one link with an IPv4 that is no fabric rail's) to MANAGEMENT_NETDEV,
+    keeping its routes. Nothing is renamed when there is no such link or more than one."""
+    fabric = _fabric_ipv4s(state)
+    links = [link for link in _ip_json("-4", "addr", "show")
+             if link.get("ifname") != "lo" and link.get("addr_info")
+             and not any(a.get("local") in fabric for a in link.get("addr_info", []))]
+    if len(links) != 1 or links[0]["ifname"] == MANAGEMENT_NETDEV:
+        return []
+    current = links[0]["ifname"]
+    routes = subprocess.run(["ip", "route", "show", "dev", current], check=True, capture_output=True,
+                            text=True).stdout.splitlines()
+    subprocess.run(["ip", "link", "set", "dev", current, "down"], check=True)
+    subprocess.run(["ip", "link", "set", "dev", current, "name", MANAGEMENT_NETDEV], check=True)
+    subprocess.run(["ip", "link", "set", "dev", MANAGEMENT_NETDEV, "up"], check=True)
+    for route in routes:
+        if route.strip() and " proto kernel " not in " %s " % route:
+            subprocess.run(["ip", "route", "replace", *route.split(), "dev", MANAGEMENT_NETDEV], check=True)
+    addrs = ", ".join(a.get("local", "") for a in links[0].get("addr_info", []))
+    return ["renamed %s to %s (%s, the management link)" % (current, MANAGEMENT_NETDEV, addrs)]
+
+
 def management_down(state: dict[str, Any]) -> list[str]:
     """The fault no-network-after-reboot: after a reboot (not the first boot) the management network does not come
     back (every link with an IPv4 that is not a fabric rail's stays down) until the operator's power cycle
@@ -94,8 +125,7 @@ def management_down(state: dict[str, Any]) -> list[str]:
     without network until its power was pulled."""
     if not (state.get("faults") or {}).get("no_network_after_reboot") or int(state.get("boot", {}).get("count", 0)) <= 1:
         return []
-    fabric = {ip for hca in state.get("hcas", []) for port in hca.get("ports", [])
-              for ip, _v1, _v2 in rdma.ipv4_pairs_of(port.get("gids", []))}
+    fabric = _fabric_ipv4s(state)
     lines = []
     default = subprocess.run(["ip", "route", "show", "default"], check=False, capture_output=True, text=True).stdout
     if default.strip():   # the power cycle (spark-sim fault HOST clear) puts it back with the link
@@ -139,7 +169,7 @@ def main() -> int:
     statefile.save(state)
     kernel.write_running(state)
     print("spark-sim: kernel %s, command line: %s" % (kernel.running_release(state), kernel.write_cmdline(state)))
-    for line in configure_links(state) + management_down(state):
+    for line in configure_links(state) + name_management_link(state) + management_down(state):
         print("spark-sim: %s" % line)
     rdma.write_sysfs(state, statefile.sysfs_root(state))
     print("spark-sim: boot %d done" % state["boot"]["count"])

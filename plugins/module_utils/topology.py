@@ -22,8 +22,9 @@ Two shapes (``dgxspark_fabric_shape``):
 
 The rendezvous (``--master-addr``) of a node is the head's address on the first link between the head and that
 node (rail 0 of the head on a switch, and for the head itself): in the direct shape the head has no one address
-that every worker reaches. ``from_head`` is the node's own address on that link: where the head sends to it (the
-checkpoint sync, the head's fabric ssh check).
+that every worker reaches. ``head_addr`` is the head's address on that link (where the node sends to the head: the
+image transfer) and ``from_head`` the node's own address on it (where the head sends to the node: the checkpoint
+sync, the head's fabric ssh check).
 
 The TCP bootstrap (``VLLM_HOST_IP``, the socket interfaces of NCCL, Gloo and vLLM's TP group, ``--master-addr``)
 runs on rail 0 (``host_ip``, ``socket_netdev``), unless the nodes name a bootstrap network,
@@ -264,6 +265,7 @@ def topology_problems(groups, hostvars, head_group="spark_head", worker_group="s
         nodes[host] = {"rank": rank, "role": "head" if rank == 0 else "worker", "address": rails[host][0]["ipv4"],
                        "netdev": rails[host][0]["netdev"], "rails": rails[host],
                        "master_addr": boot[head]["ipv4"] if boot else master,
+                       "head_addr": master,
                        "host_ip": boot[host]["ipv4"] if boot else rails[host][0]["ipv4"],
                        "socket_netdev": boot[host]["netdev"] if boot else rails[host][0]["netdev"],
                        "bootstrap": boot.get(host),
@@ -281,8 +283,8 @@ def cluster_topology(groups, hostvars, head_group="spark_head", worker_group="sp
     >>> t = cluster_topology({'spark_head': ['h'], 'spark_workers': ['w']},
     ...                      {'h': {'dgxspark_fabric_rails': [{'netdev': 'a', 'ipv4': '192.168.100.1'}]},
     ...                       'w': {'dgxspark_fabric_rails': [{'netdev': 'a', 'ipv4': '192.168.100.2'}]}})
-    >>> t['nodes']['w']['rank'], t['nodes']['w']['master_addr'], t['nodes']['w']['from_head']
-    (1, '192.168.100.1', '192.168.100.2')
+    >>> t['nodes']['w']['rank'], t['nodes']['w']['master_addr'], t['nodes']['w']['head_addr'], t['nodes']['w']['from_head']
+    (1, '192.168.100.1', '192.168.100.1', '192.168.100.2')
     """
     problems, topo = topology_problems(groups, hostvars, head_group, worker_group, shape, fabric_prefix)
     if problems:

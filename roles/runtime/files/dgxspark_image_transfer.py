@@ -13,13 +13,16 @@ OpenFile=PATH:token:read-only; systemd >= 253), read as sd_listen_fds_with_names
 reads them: LISTEN_PID is this process, LISTEN_FDS of them from fd 3 on, named by
 LISTEN_FDNAMES (colon-separated):
 
-    dgxspark_image_transfer.py --bind IP --port N --name FILE.tar
+    dgxspark_image_transfer.py --bind IP [--bind IP ...] --port N --name FILE.tar
                                --peer IP [--peer IP ...]
 
 - refuses to run as root (exit 2): the unit must drop to its dynamic user;
 - ``image`` must be a regular file, ``token`` a regular file that only its
   owner can read or write, holding one word of at least 16 characters;
-- binds IP only (the head's fabric address), never the wildcard;
+- binds each IP only (the head's fabric addresses: one per cable that leads to
+  a receiving worker, in a triangle of direct cables two), never the wildcard;
+  every address serves the same file to the same peers, and a peer served on
+  one counts for all;
 - a connection from an address that is not a --peer is closed before anything
   is read from it;
 - a request without ``Authorization: Bearer <token>`` gets 401; with the
@@ -148,16 +151,18 @@ class TransferServer(socketserver.ThreadingMixIn, HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address, handle, size, name, token, peers):
+    def __init__(self, address, handle, size, name, token, peers, shared=None):
         self.file_handle = handle
         self.file_size = size
         self.url_path = '/' + name
         self.expected_auth = ('Bearer ' + token).encode('utf-8')
         self.peers = frozenset(peers)
-        self.served = set()
-        self.lock = threading.Lock()
-        self.all_served = threading.Event()
+        # the servers of one transfer (one per bound address) share who was served
+        self.served, self.lock, self.all_served = shared or (set(), threading.Lock(), threading.Event())
         HTTPServer.__init__(self, address, TransferHandler)
+
+    def shared(self):
+        return self.served, self.lock, self.all_served
 
     def verify_request(self, request, client_address):
         peer = client_address[0]
@@ -321,7 +326,7 @@ def verify_load(argv):
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(description='Serve one file (passed as a descriptor) to the listed peers, once each.')
-    parser.add_argument('--bind', required=True, help='the one address to listen on')
+    parser.add_argument('--bind', action='append', required=True, help='an address to listen on (repeat)')
     parser.add_argument('--port', type=int, required=True)
     parser.add_argument('--name', required=True, help='the file name the peers ask for (/NAME)')
     parser.add_argument('--peer', action='append', required=True, help='an address allowed to fetch (repeat)')
@@ -340,13 +345,17 @@ def main(argv=None):
             'as descriptors (-p OpenFile=PATH:image:read-only -p OpenFile=PATH:token:read-only)')
         return 2
     try:
-        bind = ipaddress.ip_address(args.bind)
+        binds = [ipaddress.ip_address(b) for b in args.bind]
         peers = [str(ipaddress.ip_address(p)) for p in args.peer]
     except ValueError as exc:
         log('usage: %s' % exc)
         return 2
-    if bind.is_unspecified:
-        log('usage: --bind %s is the wildcard; give the one address to listen on' % bind)
+    for bind in binds:
+        if bind.is_unspecified:
+            log('usage: --bind %s is the wildcard; give the addresses to listen on' % bind)
+            return 2
+    if len(set(b.version for b in binds)) != 1 or len(set(binds)) != len(binds):
+        log('usage: --bind %s: give each address once, all IPv4 or all IPv6' % ', '.join(str(b) for b in binds))
         return 2
     if not 0 <= args.port <= 65535:
         log('usage: --port %d is out of range' % args.port)
@@ -362,22 +371,30 @@ def main(argv=None):
         log('usage: %s' % exc)
         return 2
     handle = os.fdopen(image_fd, 'rb')
-    if bind.version == 6:
+    if binds[0].version == 6:
         TransferServer.address_family = socket.AF_INET6
-    try:
-        server = TransferServer((str(bind), args.port), handle, image_info.st_size, args.name, token, peers)
-    except OSError as exc:
-        log('cannot listen on %s:%d: %s' % (bind, args.port, exc.strerror or exc))
-        return 1
-    host, port = server.server_address[:2]
-    log('serving %s (%d bytes) on %s:%d to %s as uid %d gid %d'
-        % (server.url_path, image_info.st_size, host, port, ', '.join(sorted(server.peers)), os.geteuid(), os.getegid()))
-    thread = threading.Thread(target=server.serve_forever, kwargs={'poll_interval': 0.2})
-    thread.daemon = True
-    thread.start()
-    server.all_served.wait()
-    server.shutdown()
-    server.server_close()
+    servers = []
+    for bind in binds:
+        try:
+            servers.append(TransferServer((str(bind), args.port), handle, image_info.st_size, args.name, token, peers,
+                                          servers[0].shared() if servers else None))
+        except OSError as exc:
+            log('cannot listen on %s:%d: %s' % (bind, args.port, exc.strerror or exc))
+            for server in servers:
+                server.server_close()
+            return 1
+    for server in servers:
+        host, port = server.server_address[:2]
+        log('serving %s (%d bytes) on %s:%d to %s as uid %d gid %d'
+            % (server.url_path, image_info.st_size, host, port, ', '.join(sorted(server.peers)), os.geteuid(),
+               os.getegid()))
+        thread = threading.Thread(target=server.serve_forever, kwargs={'poll_interval': 0.2})
+        thread.daemon = True
+        thread.start()
+    servers[0].all_served.wait()
+    for server in servers:
+        server.shutdown()
+        server.server_close()
     handle.close()
     log('every peer fetched the whole file; exiting')
     return 0

@@ -219,6 +219,35 @@ def test_a_stranger_gets_a_closed_connection(serve):
     assert server.proc.wait(timeout=60) == 0
 
 
+def test_a_triangle_head_serves_each_worker_on_the_address_of_its_own_cable(serve):
+    """Three Sparks on direct cables: the head reaches each worker over another cable, so it binds both cables'
+    addresses (here 127.0.0.1 and 127.0.0.9); each worker fetches on its own, a peer served on either counts once,
+    and the server exits when both have the file."""
+    server = serve([PEER_A, PEER_B], extra=['--bind', '127.0.0.9'])
+    ports = {}
+    for _ in range(2):
+        line = server.wait_line('serving ')
+        addr, port = line.split(' on ', 1)[1].split(' ', 1)[0].rsplit(':', 1)
+        ports[addr] = int(port)
+    assert sorted(ports) == ['127.0.0.1', '127.0.0.9']
+    server.port = ports['127.0.0.1']
+    assert server.request(PEER_A)[0] == 200
+    server.wait_line('127.0.0.2: served (1 of 2 peers)')
+    conn = http.client.HTTPConnection('127.0.0.9', ports['127.0.0.9'], timeout=60, source_address=(PEER_B, 0))
+    conn.request('GET', '/' + server.file.name, headers={'Authorization': 'Bearer ' + server.token})
+    response = conn.getresponse()
+    assert response.status == 200 and response.read() == server.file.read_bytes()
+    conn.close()
+    assert server.proc.wait(timeout=60) == 0
+    assert 'every peer fetched the whole file' in ''.join(server.all_lines)
+
+
+def test_an_address_given_twice_is_refused(serve):
+    server = serve([PEER_A], extra=['--bind', BIND])
+    assert server.proc.wait(timeout=60) == 2
+    assert 'give each address once' in ''.join(server.all_lines)
+
+
 @pytest.mark.parametrize('mode', [0o640, 0o604])
 def test_a_token_file_others_can_read_is_refused(serve, mode):
     server = serve([PEER_A], mode=mode)

@@ -78,8 +78,9 @@ def test_a_triangle_bootstraps_on_the_lan_every_node_reaches_and_a_pair_on_rail_
         assert (node["master_addr"], node["host_ip"], node["socket_netdev"]) == (
             "192.168.1.11", "192.168.1.%d" % (11 + i), "enP7s7")
         assert node["bootstrap"] == {"netdev": "enP7s7", "ipv4": "192.168.1.%d" % (11 + i)}
-    # the checkpoint still goes over the cable to each worker
-    assert t["nodes"]["n2"]["from_head"] == "192.168.102.2"
+    # the checkpoint and the image still go over the cable between the head and each worker, in both directions
+    assert (t["nodes"]["n2"]["from_head"], t["nodes"]["n2"]["head_addr"]) == ("192.168.102.2", "192.168.102.1")
+    assert (t["nodes"]["n1"]["from_head"], t["nodes"]["n1"]["head_addr"]) == ("192.168.100.2", "192.168.100.1")
     p = topo.cluster_topology(*pair())
     assert p["bootstrap"] is False and p["nodes"]["n1"]["bootstrap"] is None
     assert (p["nodes"]["n1"]["host_ip"], p["nodes"]["n1"]["socket_netdev"]) == ("192.168.100.2", RAIL0)

@@ -225,7 +225,7 @@ def test_a_triangle_head_serves_each_worker_on_the_address_of_its_own_cable(serv
     and the server exits when both have the file."""
     server = serve([PEER_A, PEER_B], extra=['--bind', '127.0.0.9'])
     ports = {}
-    for _ in range(2):
+    for _attempt in range(2):
         line = server.wait_line('serving ')
         addr, port = line.split(' on ', 1)[1].split(' ', 1)[0].rsplit(':', 1)
         ports[addr] = int(port)

@@ -71,15 +71,20 @@ def test_faults_accumulate_clear_and_reach_the_engine(tmp_path):
     assert edit(tmp_path, state, "wedge") == ["slow-prefill", "wedge"] and cond.faults() == ["slow-prefill", "wedge"]
 
 
+def _boot_and_worker_state(**state):
+    """sparksim.boot (from the node's tree) and a worker whose one rail is 192.168.100.2 on enp1s0f1np1."""
+    lib = str(REPO / "sim" / "node" / "usr" / "lib" / "spark-sim")
+    if lib not in sys.path:
+        sys.path.insert(0, lib)
+    from sparksim import boot, rdma  # pylint: disable=import-outside-toplevel
+    state.update(hostname="spark-worker",
+                 hcas=rdma.default_hcas("spark-worker", [{"netdev": "enp1s0f1np1", "ipv4": "192.168.100.2"}]))
+    return boot, state
+
+
 def test_no_network_after_reboot_downs_only_the_management_link(monkeypatch, tmp_path):
     """boot.management_down: after a reboot (not the first boot) the links without a fabric address go down."""
-    import sys as _sys
-    lib = str(Path(__file__).resolve().parents[3] / "sim" / "node" / "usr" / "lib" / "spark-sim")
-    if lib not in _sys.path:
-        _sys.path.insert(0, lib)
-    from sparksim import boot, rdma
-    state = {"hostname": "spark-worker", "boot": {"count": 2}, "faults": {"no_network_after_reboot": True},
-             "hcas": rdma.default_hcas("spark-worker", [{"netdev": "enp1s0f1np1", "ipv4": "192.168.100.2"}])}
+    boot, state = _boot_and_worker_state(boot={"count": 2}, faults={"no_network_after_reboot": True})
     links = [{"ifname": "lo", "addr_info": [{"local": "127.0.0.1"}]},
              {"ifname": "eth0", "addr_info": [{"local": "172.30.0.11"}]},
              {"ifname": "enp1s0f1np1", "addr_info": [{"local": "192.168.100.2"}]}]
@@ -105,14 +110,9 @@ def test_no_network_after_reboot_downs_only_the_management_link(monkeypatch, tmp
 
 def test_the_management_link_takes_the_spark_lan_name_with_its_routes(monkeypatch):
     """boot.name_management_link: docker names links in the order it attaches networks (the management link was
-    eth2 after a restart in the gate of 2026-12-04), so the boot renames the one link without a fabric address to
+    eth2 on every node, first boot included, in CI on 75a3129), so the boot renames the one link without a fabric address to
     enP7s7 (the Spark's RJ45 port) and puts back its routes other than the kernel's own."""
-    lib = str(Path(__file__).resolve().parents[3] / "sim" / "node" / "usr" / "lib" / "spark-sim")
-    if lib not in sys.path:
-        sys.path.insert(0, lib)
-    from sparksim import boot, rdma
-    state = {"hostname": "spark-worker", "boot": {"count": 2}, "faults": {},
-             "hcas": rdma.default_hcas("spark-worker", [{"netdev": "enp1s0f1np1", "ipv4": "192.168.100.2"}])}
+    boot, state = _boot_and_worker_state(boot={"count": 2}, faults={})
     links = [{"ifname": "lo", "addr_info": [{"local": "127.0.0.1"}]},
              {"ifname": "enp1s0f1np1", "addr_info": [{"local": "192.168.100.2"}]},
              {"ifname": "eth2", "addr_info": [{"local": "10.77.2.12"}]}]

@@ -69,8 +69,15 @@ failures() {
     sed -n "$(( line > 4 ? line - 4 : 1 )),$(( line + 26 ))p" "$1"
   done
 }
+# cpu_account NAME: with GATE_CPUACCT (a cgroup v1 cpuacct directory, benchmarks/gate_cpu.py sets it), this shell
+# and what it starts count their CPU time in NAME under it (the node containers count in docker's own groups)
+cpu_account() {
+  [ -n "${GATE_CPUACCT:-}" ] || return 0
+  mkdir -p "$GATE_CPUACCT/$1" && echo "$BASHPID" >"$GATE_CPUACCT/$1/cgroup.procs"
+}
 molecule_lane() {  # scenario... : run them in order, log each to .cache/molecule/NAME.log
   local rc=0 scenario t0 log
+  cpu_account "lane-${1}"
   for scenario in "$@"; do
     log="$repo/.cache/molecule/$scenario.log"
     t0=$(date +%s)
@@ -145,7 +152,7 @@ static_pid=
 if [ ${#static[@]} -gt 0 ]; then
   mkdir -p "$repo/.cache/gates"
   printf '\n===== %s (beside molecule, logs in .cache/gates/) =====\n' "${static[*]}"
-  (for gate in "${static[@]}"; do run_gate "$gate" >"$repo/.cache/gates/$gate.log" 2>&1 || true; done) &
+  (for gate in "${static[@]}"; do (cpu_account "gate-$gate"; run_gate "$gate") >"$repo/.cache/gates/$gate.log" 2>&1 || true; done) &
   static_pid=$!
 fi
 for gate in "${others[@]}"; do

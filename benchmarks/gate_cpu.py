@@ -1,4 +1,6 @@
-#!/usr/bin/env python3
+# -*- coding: utf-8 -*-
+# Copyright: dgxspark.cluster contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Where the test gate's CPU time goes: run scripts/test-all.sh (or the command given) and count CPU seconds per
 molecule lane and static gate (the controller's side: cgroup v1 cpuacct groups the gate script joins when
 GATE_CPUACCT is set), per docker container (the sim's nodes, the newest controller: docker's own cpuacct groups,
@@ -7,7 +9,7 @@ read every few seconds while they live), and of the whole machine (/proc/stat).
 The gate is CPU-bound on the two cores of a CI machine: its wall time follows the CPU seconds of its parts, so this
 is the measure that says which part to cut. Needs root and cgroup v1 (/sys/fs/cgroup/cpuacct).
 
-Usage: benchmarks/gate_cpu.py [--interval S] [--out FILE] [-- COMMAND ...]
+Usage: python3 benchmarks/gate_cpu.py [--interval S] [--out FILE] [-- COMMAND ...]
        (default command: scripts/test-all.sh; the table also goes to FILE, default .cache/gate-cpu.txt)
 """
 
@@ -55,7 +57,7 @@ class Sampler(threading.Thread):
         super().__init__(daemon=True)
         self.group_root = group_root
         self.interval = interval
-        self.containers = {}   # id -> [name, last ns]
+        self.containers = {}   # id -> [name, ns of earlier boots, ns of this boot]
         self.baseline = {}     # id -> ns before the command (docker keeps the groups of stopped containers)
         self.stop = threading.Event()
         base = os.path.join(CPUACCT, "docker")
@@ -69,10 +71,14 @@ class Sampler(threading.Thread):
             usage = read_int(os.path.join(base, cid, "cpuacct.usage"))
             if usage is None:
                 continue
-            entry = self.containers.setdefault(cid, [names.get(cid, cid[:12]), 0])
+            # [name, CPU ns of the boots before this one, CPU ns of this boot]: a restart (the sim's reboot) keeps the
+            # container's id but starts its group again from 0
+            entry = self.containers.setdefault(cid, [names.get(cid, cid[:12]), -self.baseline.get(cid, 0), 0])
             if cid in names:
                 entry[0] = names[cid]
-            entry[1] = max(entry[1], usage - self.baseline.get(cid, 0))
+            if usage < entry[2]:
+                entry[1] += entry[2]
+            entry[2] = usage
 
     def run(self):
         while not self.stop.is_set():
@@ -114,9 +120,9 @@ def main():
             rows.append(("controller " + name, (read_int(os.path.join(path, "cpuacct.usage")) or 0) / 1e9))
     rest = (read_int(os.path.join(group_root, "cpuacct.usage")) or 0) / 1e9 - sum(r[1] for r in rows)
     rows.append(("controller (the gate script itself)", rest))
-    for name, usage in sorted(sampler.containers.values()):
-        if usage > 0:
-            rows.append(("container " + name, usage / 1e9))
+    for name, before, usage in sorted(sampler.containers.values()):
+        if before + usage > 0:
+            rows.append(("container " + name, (before + usage) / 1e9))
     hz = os.sysconf("SC_CLK_TCK")
     cpus = os.cpu_count() or 1
     lines = ["%-60s %8.0f" % (name, seconds) for name, seconds in sorted(rows, key=lambda r: -r[1])]

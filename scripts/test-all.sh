@@ -64,7 +64,7 @@ gate_controllers() { "$repo/scripts/controller-newest.sh" gate ; }
 # unreachable worker, the cluster's post-reboot run and service cases 1 and 6 by tags, 25 bad-input rows to the
 # unit tests). Lanes: service 3994 s, clock_cap+checkpoint+driver 4187, nic+service_container 3985, default 3827,
 # cluster 2686. CPU-s on the controller per lane: nic 727, clock_cap 684, default 684, service 602, cluster 472;
-# the nodes 4372 (service 781, default 695, cluster 786); static gates ~350; the newest controller ~300. The gate
+# the nodes 3926 (service 781, default 695, cluster 786); static gates ~350; the newest controller 315. The gate
 # is its CPU seconds over two cores: 55 minutes needs ~6500 CPU-s.
 GATE_LANES=("default" "service" "nic service_container" "clock_cap checkpoint driver" "cluster")
 # failures LOG: every failed task of the log (the last 8, each with 30 lines), rescued and ignored ones

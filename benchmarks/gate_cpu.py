@@ -21,6 +21,7 @@ import threading
 import time
 
 CPUACCT = "/sys/fs/cgroup/cpuacct"
+DOCKER = os.path.join(CPUACCT, "docker")
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
 
@@ -40,6 +41,16 @@ def machine_ticks():
     return sum(fields) - idle, sum(fields)
 
 
+def docker_usages():
+    """{container id: CPU ns of its current boot} of every group docker keeps (running or stopped containers)."""
+    usages = {}
+    for cid in os.listdir(DOCKER) if os.path.isdir(DOCKER) else []:
+        usage = read_int(os.path.join(DOCKER, cid, "cpuacct.usage"))
+        if usage is not None:
+            usages[cid] = usage
+    return usages
+
+
 def container_names():
     proc = subprocess.run(["docker", "ps", "--no-trunc", "--format", "{{.ID}} {{.Names}} {{.Image}}"],
                           capture_output=True, text=True, check=False)
@@ -53,24 +64,16 @@ def container_names():
 
 
 class Sampler(threading.Thread):
-    def __init__(self, group_root, interval):
+    def __init__(self, interval):
         super().__init__(daemon=True)
-        self.group_root = group_root
         self.interval = interval
         self.containers = {}   # id -> [name, ns of earlier boots, ns of this boot]
-        self.baseline = {}     # id -> ns before the command (docker keeps the groups of stopped containers)
+        self.baseline = docker_usages()  # before the command (docker keeps the groups of stopped containers)
         self.stop = threading.Event()
-        base = os.path.join(CPUACCT, "docker")
-        for cid in os.listdir(base) if os.path.isdir(base) else []:
-            self.baseline[cid] = read_int(os.path.join(base, cid, "cpuacct.usage")) or 0
 
     def sample(self):
         names = container_names()
-        base = os.path.join(CPUACCT, "docker")
-        for cid in os.listdir(base) if os.path.isdir(base) else []:
-            usage = read_int(os.path.join(base, cid, "cpuacct.usage"))
-            if usage is None:
-                continue
+        for cid, usage in docker_usages().items():
             # [name, CPU ns of the boots before this one, CPU ns of this boot]: a restart (the sim's reboot) keeps the
             # container's id but starts its group again from 0
             entry = self.containers.setdefault(cid, [names.get(cid, cid[:12]), -self.baseline.get(cid, 0), 0])
@@ -97,7 +100,7 @@ def main():
         sys.exit("gate_cpu: no cgroup v1 cpuacct at %s" % CPUACCT)
     group_root = os.path.join(CPUACCT, "gate-cpu-%d" % os.getpid())
     os.makedirs(group_root)
-    sampler = Sampler(group_root, args.interval)
+    sampler = Sampler(args.interval)
     sampler.start()
     busy0, total0 = machine_ticks()
     start = time.time()

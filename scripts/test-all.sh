@@ -84,7 +84,7 @@ cpu_account() {
 }
 molecule_lane() {  # scenario... : run them in order, log each to .cache/molecule/NAME.log
   local rc=0 scenario t0 log
-  cpu_account "lane-${1}"
+  cpu_account "lane-$(IFS=+; echo "$*")"
   for scenario in "$@"; do
     log="$repo/.cache/molecule/$scenario.log"
     t0=$(date +%s)
@@ -111,8 +111,9 @@ gate_molecule() {
   mkdir -p "$repo/.cache"
   flock "$repo/.cache/sim-build.lock" "$repo/sim/spark-sim" build || return 1
   if [ -n "${MOLECULE_SCENARIOS:-}" ]; then
+    # in a subshell: with GATE_CPUACCT the lane's cgroup holds the lane, not the rest of this script
     # shellcheck disable=SC2086
-    molecule_lane $MOLECULE_SCENARIOS
+    (molecule_lane $MOLECULE_SCENARIOS)
     return
   fi
   for lane in "${GATE_LANES[@]}"; do

@@ -189,7 +189,8 @@ BAD_INVENTORY = [
      ["preflight_min_free_disk_gb", "checkpoint_cache_dir", "GB free"]),
     ("fabric-ssh-closed-port", _set("all", "preflight_fabric_ssh_port", 2222),
      ["cannot reach ssh on the fabric address of spark-worker", "preflight_fabric_ssh_port"]),
-    # issue 13: path knobs absolute, normalised, not / nor a top-level system directory
+    # issue 13: path knobs absolute, normalised, not / nor a top-level system directory (one row; every other path
+    # form is a unit test of path_problem, tests/unit/plugins/filter/test_inventory.py)
     ("cache-dir-etc", _set("all", "checkpoint_cache_dir", "/etc"), ["checkpoint_cache_dir is '/etc'", "top-level system directory"]),
     # names, netdevs and the served model name that reach scripts, units and configs
     ("served-name-newline", _set("all", "runtime_vllm_served_model_name", "flash\nVLLM_API_KEY=x"),

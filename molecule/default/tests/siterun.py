@@ -40,7 +40,7 @@ def run_site(tmp_path, inventory=INVENTORY, extravars=None, cmdline=None, event_
         kwargs["cmdline"] = cmdline
     if event_handler:
         kwargs["event_handler"] = event_handler
-    return ansible_runner.run(
+    return Finished(ansible_runner.run(
         private_data_dir=str(private),
         playbook=os.path.join(PROJECT, playbook),
         inventory=str(inventory),
@@ -49,7 +49,19 @@ def run_site(tmp_path, inventory=INVENTORY, extravars=None, cmdline=None, event_
         quiet=True,
         timeout=1800,
         **kwargs
-    )
+    ))
+
+
+class Finished:
+    """A finished ansible-runner run whose events are read once: Runner.events reads every event file of the
+    artifacts directory again at each access, and a test reads them 3 to 5 times (~3,000 events for a full run)."""
+
+    def __init__(self, runner):
+        self._runner = runner
+        self.events = list(runner.events)
+
+    def __getattr__(self, name):
+        return getattr(self._runner, name)
 
 
 def changed_tasks(runner):

@@ -4,24 +4,18 @@ of this user; no sharing when that directory is not private."""
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import os
 import types
 from pathlib import Path
 
 import pytest
 
-CLI = Path(__file__).resolve().parents[3] / "sim" / "spark-sim"
+from test_spark_sim_fault import load_cli
 
 
 @pytest.fixture(scope="module")
 def cli():
-    loader = importlib.machinery.SourceFileLoader("spark_sim_cli_ssh", str(CLI))
-    spec = importlib.util.spec_from_loader("spark_sim_cli_ssh", loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+    return load_cli()
 
 
 def fake_sim(directory: Path):

@@ -64,3 +64,10 @@ def test_a_directory_others_can_enter_is_not_used(cli, tmp_path):
         assert "Control" not in config and config.count("BatchMode yes") == 2
     finally:
         sockets.rmdir()
+
+
+def test_a_user_name_too_long_for_any_socket_path_turns_sharing_off(cli, tmp_path):
+    sim = fake_sim(tmp_path / "u")
+    sim.user = "u" * 80
+    assert cli.mux_dir(sim) is None
+    assert "Control" not in cli.write_ssh_config(sim, tmp_path / "known_hosts").read_text()

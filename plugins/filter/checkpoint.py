@@ -55,15 +55,17 @@ _value:
   elements: str
 """
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.hf_cache import lookalike_problems, manifest_problems
+from ansible_collections.dgxspark.cluster.plugins.module_utils import deferred
+
+hf_cache = deferred.Module('hf_cache')
 
 
 def checkpoint_lookalikes(manifest, repo_id, revision, lookalikes=None, min_commit_date=None):
     """Reasons (strings) why ``manifest`` is not ``repo_id`` at ``revision``."""
-    found = manifest_problems(manifest, repo_id, revision)
-    found += lookalike_problems(repo_id, (manifest or {}).get("revision"), revision,
-                                (manifest or {}).get("last_modified"), (manifest or {}).get("readme_head"),
-                                lookalikes or [], min_commit_date or None)
+    found = hf_cache.manifest_problems(manifest, repo_id, revision)
+    found += hf_cache.lookalike_problems(repo_id, (manifest or {}).get("revision"), revision,
+                                         (manifest or {}).get("last_modified"), (manifest or {}).get("readme_head"),
+                                         lookalikes or [], min_commit_date or None)
     return ["%s%s" % (p["detail"], (" (%s)" % p["path"]) if p["path"] else "") for p in found]
 
 

@@ -6,12 +6,13 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.doctor import collective_argv, nccl_reason, report
+from ansible_collections.dgxspark.cluster.plugins.module_utils import deferred
 
 
 class FilterModule(object):
     """doctor.yml's verdicts (plugins/module_utils/doctor.py)."""
 
     def filters(self):
-        return {"doctor_report": report, "doctor_collective_argv": collective_argv,
-                "doctor_nccl_reason": nccl_reason}
+        return {"doctor_report": deferred.function("doctor", "report"),
+                "doctor_collective_argv": deferred.function("doctor", "collective_argv"),
+                "doctor_nccl_reason": deferred.function("doctor", "nccl_reason")}

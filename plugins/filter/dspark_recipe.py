@@ -12,7 +12,9 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils import dspark_recipe
+from ansible_collections.dgxspark.cluster.plugins.module_utils import deferred
+
+dspark_recipe = deferred.Module('dspark_recipe')
 
 
 def dspark_recipe_startup(compose, checkout_dir):

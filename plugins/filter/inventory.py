@@ -6,11 +6,11 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.inventory import inventory_problems, spec_problems, unknown_variables
+from ansible_collections.dgxspark.cluster.plugins.module_utils import deferred
 
 
 class FilterModule(object):
     """Inventory checks."""
 
     def filters(self):
-        return {"inventory_problems": inventory_problems, "spec_problems": spec_problems, "unknown_variables": unknown_variables}
+        return {name: deferred.function("inventory", name) for name in ("inventory_problems", "spec_problems", "unknown_variables")}

@@ -6,14 +6,14 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.fabric_health import bandwidth_plan, bandwidth_verdict, mtu_mismatches
-from ansible_collections.dgxspark.cluster.plugins.module_utils.firmware import nic_differences
+from ansible_collections.dgxspark.cluster.plugins.module_utils import deferred
 
 
 class FilterModule(object):
     """The nic role's node-to-node bandwidth plan, reboot-order decision and firmware comparison."""
 
     def filters(self):
-        return {"nic_bandwidth_plan": bandwidth_plan, "nic_bandwidth_verdict": bandwidth_verdict,
-                "nic_mtu_mismatches": mtu_mismatches,
-                "nic_firmware_differences": nic_differences}
+        return {"nic_bandwidth_plan": deferred.function("fabric_health", "bandwidth_plan"),
+                "nic_bandwidth_verdict": deferred.function("fabric_health", "bandwidth_verdict"),
+                "nic_mtu_mismatches": deferred.function("fabric_health", "mtu_mismatches"),
+                "nic_firmware_differences": deferred.function("firmware", "nic_differences")}

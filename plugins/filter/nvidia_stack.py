@@ -13,29 +13,13 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.nvidia_stack import (
-    apt_simulation,
-    driver_state,
-    driver_target,
-    kernel_offer,
-    kernel_set,
-    module_builds,
-    nvcc_release,
-    proc_driver_version,
-)
+from ansible_collections.dgxspark.cluster.plugins.module_utils import deferred
 
 
 class FilterModule(object):
     """dgxspark.cluster NVIDIA driver / CUDA filters."""
 
     def filters(self):
-        return {
-            "driver_state": driver_state,
-            "proc_driver_version": proc_driver_version,
-            "nvcc_release": nvcc_release,
-            "apt_simulation": apt_simulation,
-            "module_builds": module_builds,
-            "driver_target": driver_target,
-            "kernel_set": kernel_set,
-            "kernel_offer": kernel_offer,
-        }
+        return {name: deferred.function("nvidia_stack", name)
+                for name in ("driver_state", "proc_driver_version", "nvcc_release", "apt_simulation", "module_builds",
+                             "driver_target", "kernel_set", "kernel_offer")}

@@ -13,7 +13,9 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils import pip_plan
+from ansible_collections.dgxspark.cluster.plugins.module_utils import deferred
+
+pip_plan = deferred.Module('pip_plan')
 
 
 def _wrap(func):

@@ -6,14 +6,14 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.firmware import differences as firmware_differences
-from ansible_collections.dgxspark.cluster.plugins.module_utils.preflight import (
-    image_reference_problem, port_collisions, value_disagreements)
+from ansible_collections.dgxspark.cluster.plugins.module_utils import deferred
 
 
 class FilterModule(object):
     """Preflight checks across nodes."""
 
     def filters(self):
-        return {"value_disagreements": value_disagreements, "port_collisions": port_collisions,
-                "image_reference_problem": image_reference_problem, "firmware_differences": firmware_differences}
+        return {"value_disagreements": deferred.function("preflight", "value_disagreements"),
+                "port_collisions": deferred.function("preflight", "port_collisions"),
+                "image_reference_problem": deferred.function("preflight", "image_reference_problem"),
+                "firmware_differences": deferred.function("firmware", "differences")}

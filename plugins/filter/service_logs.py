@@ -11,7 +11,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils import vllm_logs
+from ansible_collections.dgxspark.cluster.plugins.module_utils import deferred
+
+vllm_logs = deferred.Module('vllm_logs')
 
 
 def service_first_error(reports):

@@ -11,21 +11,12 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.stack_upgrade import (
-    restore_sources,
-    set_changes,
-    simulated_changes,
-    upgrade_target,
-)
+from ansible_collections.dgxspark.cluster.plugins.module_utils import deferred
 
 
 class FilterModule(object):
     """dgxspark.cluster upgrade filters."""
 
     def filters(self):
-        return {
-            "upgrade_target": upgrade_target,
-            "simulated_changes": simulated_changes,
-            "set_changes": set_changes,
-            "restore_sources": restore_sources,
-        }
+        return {name: deferred.function("stack_upgrade", name)
+                for name in ("upgrade_target", "simulated_changes", "set_changes", "restore_sources")}

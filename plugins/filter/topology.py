@@ -8,15 +8,16 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils.topology import (
-    TopologyError, cluster_topology as _cluster_topology, fanout_round as _fanout_round)
+from ansible_collections.dgxspark.cluster.plugins.module_utils import deferred
+
+_topology = deferred.Module('topology')
 
 
 def cluster_topology(groups, hostvars, head_group="spark_head", worker_group="spark_workers", shape="direct", fabric_prefix=24):
     """The cluster's topology (see module_utils/topology.py); a bad shape fails naming the host and the rail."""
     try:
-        return _cluster_topology(groups, hostvars, head_group, worker_group, shape, fabric_prefix)
-    except TopologyError as exc:
+        return _topology.cluster_topology(groups, hostvars, head_group, worker_group, shape, fabric_prefix)
+    except _topology.TopologyError as exc:
         raise AnsibleFilterError(str(exc))
 
 
@@ -24,7 +25,7 @@ def fanout_round(topology, holders, targets, refused=None, fanout=True):
     """One round of the checkpoint fan-out (see module_utils/topology.py): {target: {source, source_addr, dest_addr}}."""
     if not isinstance(topology, dict) or "nodes" not in topology:
         raise AnsibleFilterError("fanout_round: the input is %r, expected the preflight_topology fact" % (type(topology).__name__,))
-    return _fanout_round(topology, list(holders or []), list(targets or []), refused or {}, bool(fanout))
+    return _topology.fanout_round(topology, list(holders or []), list(targets or []), refused or {}, bool(fanout))
 
 
 class FilterModule(object):

@@ -16,7 +16,9 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.dgxspark.cluster.plugins.module_utils import vllm_cmd
+from ansible_collections.dgxspark.cluster.plugins.module_utils import deferred
+
+vllm_cmd = deferred.Module('vllm_cmd')
 
 
 def _wrap(func):

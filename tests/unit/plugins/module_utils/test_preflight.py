@@ -51,7 +51,9 @@ def test_names_default_to_every_name_and_missing_is_named():
 
 
 def test_filter_is_registered():
-    assert FilterModule().filters()["value_disagreements"] is pf.value_disagreements
+    found = FilterModule().filters()["value_disagreements"]
+    assert found.deferred == ("preflight", "value_disagreements")   # module_utils/preflight.py, loaded at the first call
+    assert found({"h": {"a": "/x"}}, ["a"]) == pf.value_disagreements({"h": {"a": "/x"}}, ["a"])
 
 
 @pytest.mark.parametrize("path, existing, expect", [

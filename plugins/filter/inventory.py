@@ -13,4 +13,4 @@ class FilterModule(object):
     """Inventory checks."""
 
     def filters(self):
-        return {name: deferred.function("inventory", name) for name in ("inventory_problems", "spec_problems", "unknown_variables")}
+        return {name: deferred.function("inventory", name) for name in ("inventory_problems", "spec_problems", "roles_spec_problems", "unknown_variables")}

@@ -42,6 +42,7 @@ SANITISERS = {
     'length': 'a count', 'count': 'a count', 'bool': 'a boolean', 'hash': 'a digest', 'checksum': 'a digest',
     # plugins/module_utils/inventory.py masks no_log options in every message (tests/unit/plugins/filter/test_inventory.py)
     'dgxspark.cluster.spec_problems': 'messages with secrets masked',
+    'dgxspark.cluster.roles_spec_problems': 'spec_problems of each role: messages with secrets masked',
     # plugins/module_utils/vllm_cmd.py: the key is refused in argv (VllmConfigError) and never in the env, the
     # warnings or the problems (tests/unit/plugins/filter/test_vllm.py)
     'dgxspark.cluster.vllm_serve_argv': 'argv that refuses to hold the key',

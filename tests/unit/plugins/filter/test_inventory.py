@@ -9,7 +9,7 @@ __metaclass__ = type
 import pytest
 
 from ansible_collections.dgxspark.cluster.plugins.filter.inventory import FilterModule
-from ansible_collections.dgxspark.cluster.plugins.module_utils.inventory import inventory_problems, spec_problems, unknown_variables
+from ansible_collections.dgxspark.cluster.plugins.module_utils.inventory import inventory_problems, roles_spec_problems, spec_problems, unknown_variables
 
 HEAD = {"dgxspark_fabric_rails": [{"netdev": "enp1s0f1np1", "ipv4": "192.168.100.1"}]}
 WORKER = {"dgxspark_fabric_rails": [{"netdev": "enp1s0f1np1", "ipv4": "192.168.100.2"}]}
@@ -269,3 +269,14 @@ def test_the_preflight_knows_every_role_of_the_collection():
     roles = sorted(os.path.basename(os.path.dirname(os.path.dirname(p)))
                    for p in glob.glob(os.path.join(ROLES, "*", "meta", "argument_specs.yml")))
     assert sorted(listed) == roles
+
+
+def test_roles_spec_problems_checks_each_role_over_its_own_prefix_in_order():
+    specs = {"nic": {"nic_mtu": {"type": "int"}}, "driver": {"driver_version": {"type": "str"}},
+             "upgrade": {"driver_version": {"type": "int"}}}  # another role's variable in a spec: checked under its own
+    values = {"nic_mtu": "9000", "driver_version": 580, "other_x": 1}
+    found = roles_spec_problems("h", specs, ["driver", "nic", "upgrade"], values)
+    assert found == spec_problems("h", "driver", specs["driver"], {"driver_version": 580}) \
+        + spec_problems("h", "nic", specs["nic"], {"nic_mtu": "9000"})
+    assert len(found) == 2 and "role driver" in found[0] and "role nic" in found[1], found
+    assert FilterModule().filters()["roles_spec_problems"].deferred == ("inventory", "roles_spec_problems")

@@ -143,12 +143,12 @@ def test_apt_simulation():
 
 def test_filters_are_registered():
     filters = FilterModule().filters()
-    assert filters["driver_state"] is ns.driver_state
-    assert filters["proc_driver_version"] is ns.proc_driver_version
-    assert filters["nvcc_release"] is ns.nvcc_release
-    assert filters["module_builds"] is ns.module_builds
-    assert filters["driver_target"] is ns.driver_target
-    assert filters["apt_simulation"] is ns.apt_simulation
+    assert filters["driver_state"].deferred == ("nvidia_stack", "driver_state")
+    assert filters["proc_driver_version"].deferred == ("nvidia_stack", "proc_driver_version")
+    assert filters["nvcc_release"].deferred == ("nvidia_stack", "nvcc_release")
+    assert filters["module_builds"].deferred == ("nvidia_stack", "module_builds")
+    assert filters["driver_target"].deferred == ("nvidia_stack", "driver_target")
+    assert filters["apt_simulation"].deferred == ("nvidia_stack", "apt_simulation")
 
 
 # A stock DGX OS 7 node (sim/apt-repo's stock profile, names from public Spark captures): the precompiled module
@@ -393,8 +393,8 @@ def test_kernel_offer_is_the_newest_version_and_its_kernel():
 
 def test_kernel_filters_are_registered():
     filters = FilterModule().filters()
-    assert filters["kernel_set"] is ns.kernel_set
-    assert filters["kernel_offer"] is ns.kernel_offer
+    assert filters["kernel_set"].deferred == ("nvidia_stack", "kernel_set")
+    assert filters["kernel_offer"].deferred == ("nvidia_stack", "kernel_offer")
 
 
 def test_kernel_blacklist_reads_as_package_names():

@@ -152,7 +152,7 @@ def test_restore_sources_prefers_the_repositories_then_the_cache_and_names_what_
 
 def test_the_filters_are_the_functions():
     filters = FilterModule().filters()
-    assert filters["upgrade_target"] is su.upgrade_target
-    assert filters["restore_sources"] is su.restore_sources
-    assert filters["set_changes"] is su.set_changes
-    assert filters["simulated_changes"] is su.simulated_changes
+    assert filters["upgrade_target"].deferred == ("stack_upgrade", "upgrade_target")
+    assert filters["restore_sources"].deferred == ("stack_upgrade", "restore_sources")
+    assert filters["set_changes"].deferred == ("stack_upgrade", "set_changes")
+    assert filters["simulated_changes"].deferred == ("stack_upgrade", "simulated_changes")
